@@ -1,0 +1,189 @@
+//! The command pattern: one type per kind of background job.
+use std::future::Future;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CommandError;
+use crate::retry::RetryPolicy;
+use crate::task::{Priority, QueueName, TaskId, TaskKind, TaskNo};
+
+/// One kind of background job.
+///
+/// A command is registered as an *instance*: its `&self` carries whatever clients it
+/// needs (an HTTP client, a connection pool), so no global state is involved. Only
+/// [`execute`](Command::execute) is required; everything else has a default.
+///
+/// ```
+/// use std::time::Duration;
+/// use serde::{Deserialize, Serialize};
+/// use tenax_core::{Command, CommandError, TaskContext};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct OpenAccount { customer: String }
+///
+/// struct OpenBankAccount; // would hold the bank's client
+///
+/// impl Command for OpenBankAccount {
+///     const TYPE: &'static str = "BANK_OPEN_ACCOUNT";
+///     const MAX_ATTEMPTS: u32 = 8;
+///     type Context = OpenAccount;
+///     type Output = String;
+///
+///     async fn execute(&self, ctx: OpenAccount, task: &TaskContext) -> Result<String, CommandError> {
+///         // Pass the idempotency key downstream so a retry after an unknown
+///         // outcome does not open a second account.
+///         Ok(format!("account for {} ({})", ctx.customer, task.idempotency_key()))
+///     }
+///
+///     async fn compensate(&self, ctx: OpenAccount, task: &TaskContext) -> Result<(), CommandError> {
+///         // Cancel the pending account; keyed by task.idempotency_key() too.
+///         let _ = (ctx, task);
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Command: Send + Sync + 'static {
+    /// The stable type name stored with each task (`"BANK_OPEN_ACCOUNT"`). Changing it
+    /// orphans the tasks already stored under the old name.
+    const TYPE: &'static str;
+    /// Attempts before the task is dead. Defaults to 5.
+    const MAX_ATTEMPTS: u32 = 5;
+    /// Time allowed for one attempt before it counts as a retryable failure. Defaults to
+    /// 5 minutes.
+    const TIMEOUT: Duration = Duration::from_secs(300);
+    /// The queue tasks of this command go to. Defaults to `"default"`.
+    const QUEUE: &'static str = QueueName::DEFAULT;
+    /// Priority 0-9 (9 most urgent). Defaults to 5.
+    const PRIORITY: u8 = Priority::DEFAULT.get();
+
+    /// The typed context (payload), stored as JSON.
+    type Context: Serialize + DeserializeOwned + Send + 'static;
+    /// What a successful run returns, stored as JSON as the task's result.
+    type Output: Serialize + Send + 'static;
+
+    /// Run the command. The error's variant is the retry decision.
+    fn execute(
+        &self,
+        ctx: Self::Context,
+        task: &TaskContext,
+    ) -> impl Future<Output = Result<Self::Output, CommandError>> + Send;
+
+    /// Undo what the command may have done, once its task is dead (attempts used up or
+    /// a permanent error). It runs durably as a linked task, with its own retries, and
+    /// is recorded as finished exactly once; make its side effects idempotent with
+    /// [`TaskContext::idempotency_key`]. The cause of death is in
+    /// [`TaskContext::cause`]. Defaults to no compensation.
+    fn compensate(
+        &self,
+        ctx: Self::Context,
+        task: &TaskContext,
+    ) -> impl Future<Output = Result<(), CommandError>> + Send {
+        let _ = (ctx, task);
+        async { Err(CommandError::NoCompensation) }
+    }
+
+    /// Backoff between attempts. Defaults to [`RetryPolicy::default`]: 5 s × 2^(n−1)
+    /// with full jitter, capped at 1 hour.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::default()
+    }
+}
+
+/// What a handler knows about the task it runs.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    id: TaskId,
+    task_no: TaskNo,
+    kind: TaskKind,
+    attempt: u32,
+    max_attempts: u32,
+    lease_epoch: i64,
+    idempotency_key: String,
+    cause: Option<String>,
+    cancellation: CancellationToken,
+}
+
+impl TaskContext {
+    /// Build a context. Called by the runtime (and by tests that call handlers directly).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: TaskId,
+        task_no: TaskNo,
+        kind: TaskKind,
+        attempt: u32,
+        max_attempts: u32,
+        lease_epoch: i64,
+        idempotency_key: String,
+        cause: Option<String>,
+        cancellation: CancellationToken,
+    ) -> Self {
+        Self {
+            id,
+            task_no,
+            kind,
+            attempt,
+            max_attempts,
+            lease_epoch,
+            idempotency_key,
+            cause,
+            cancellation,
+        }
+    }
+
+    /// The task's database id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The task's business number.
+    pub fn task_no(&self) -> &TaskNo {
+        &self.task_no
+    }
+
+    /// Whether this run executes or compensates the command.
+    pub fn kind(&self) -> TaskKind {
+        self.kind
+    }
+
+    /// This attempt's number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The attempt budget.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// Whether this is the last attempt of the budget.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+
+    /// The lease epoch (fencing token) of this attempt.
+    pub fn lease_epoch(&self) -> i64 {
+        self.lease_epoch
+    }
+
+    /// A key that is the same for every attempt of this task (the seed article's
+    /// `biz_request_id`): pass it downstream so a retry after an unknown outcome is
+    /// recognised as a repeat. It is derived from the `task_no`; a compensation has
+    /// its own key, derived from the `task_no` of the task it compensates.
+    pub fn idempotency_key(&self) -> &str {
+        &self.idempotency_key
+    }
+
+    /// For a compensation, the error that killed the task.
+    pub fn cause(&self) -> Option<&str> {
+        self.cause.as_deref()
+    }
+
+    /// Cancelled when the runtime stops this attempt: timeout, lost lease, shutdown.
+    /// Long handlers should watch it and return early.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancellation
+    }
+}

@@ -1,0 +1,32 @@
+//! Tenax domain types: commands, tasks, the state machine and retry policies.
+//!
+//! This crate performs no I/O. It is shared by the storage backends, the runtime and
+//! the CLI, and it is what a command author implements against:
+//!
+//! - [`Command`]: one background job type (the command pattern). Only
+//!   [`Command::execute`] is required; compensation, retry policy, attempts, timeout,
+//!   queue and priority all have documented defaults.
+//! - [`CommandError`]: the error a handler returns, carrying the retry decision.
+//! - [`TaskStatus`] and [`state`]: the life cycle and its table of legal transitions.
+//! - [`RetryPolicy`]: exponential backoff with jitter, capped.
+//! - [`Registry`]: maps stable type names to handler instances.
+#![forbid(unsafe_code)]
+
+mod command;
+mod error;
+mod hook;
+mod registry;
+pub mod retry;
+pub mod state;
+mod task;
+
+pub use command::{Command, TaskContext};
+pub use error::{CommandError, ResultExt};
+pub use hook::{ExecutionHook, ExecutionOutcome, HookFuture};
+pub use registry::{defaults_of, CommandDefaults, DynHandler, Registry, RegistryError};
+pub use retry::{Jitter, RetryPolicy};
+pub use state::{TaskStatus, Transition};
+pub use task::{
+    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, Priority, QueueName, TaskId,
+    TaskKind, TaskNo, TaskRecord,
+};

@@ -1,0 +1,204 @@
+//! The task life cycle: statuses and the table of legal transitions.
+//!
+//! ```text
+//!             claim                complete
+//!  pending ─────────▶ running ──────────────▶ succeeded
+//!     │  ▲              │  ▲ claim
+//!     │  │ manual retry │  │
+//!     │  │              ▼  │ fail (retryable) / lease expired
+//!     │  │            retrying
+//!     │  │              │
+//!     │  └──── dead ◀───┘ (from running: permanent error, attempts used up)
+//!     ▼
+//!  cancelled ◀── (pending, retrying, blocked)
+//!  blocked ──▶ pending (parents done; reserved for workflows)
+//! ```
+//!
+//! Every storage backend writes transitions only along [`TRANSITIONS`]; the storage
+//! conformance suite checks that random operation sequences never leave the table.
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a task is in its life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Waiting for its run time.
+    Pending,
+    /// Claimed by a worker that holds its lease.
+    Running,
+    /// Failed; the next attempt is scheduled with backoff.
+    Retrying,
+    /// Finished successfully (terminal).
+    Succeeded,
+    /// Finished without success: permanent error or attempts used up (terminal until a
+    /// manual retry). Its compensation runs.
+    Dead,
+    /// Cancelled before it ran (terminal).
+    Cancelled,
+    /// Waiting for parent tasks (workflows).
+    Blocked,
+}
+
+impl TaskStatus {
+    /// Every status, in display order.
+    pub const ALL: [TaskStatus; 7] = [
+        TaskStatus::Pending,
+        TaskStatus::Running,
+        TaskStatus::Retrying,
+        TaskStatus::Succeeded,
+        TaskStatus::Dead,
+        TaskStatus::Cancelled,
+        TaskStatus::Blocked,
+    ];
+
+    /// The name stored in the database and shown to users.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Retrying => "retrying",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Dead => "dead",
+            TaskStatus::Cancelled => "cancelled",
+            TaskStatus::Blocked => "blocked",
+        }
+    }
+
+    /// Whether the task has finished (`succeeded`, `dead` or `cancelled`).
+    pub const fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Succeeded | TaskStatus::Dead | TaskStatus::Cancelled
+        )
+    }
+
+    /// Whether a worker may claim the task once its run time has come.
+    pub const fn is_claimable(self) -> bool {
+        matches!(self, TaskStatus::Pending | TaskStatus::Retrying)
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown status name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown task status {0:?} (expected one of pending, running, retrying, succeeded, dead, cancelled, blocked)")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for TaskStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// A named step of the life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transition {
+    /// A worker claims a due task (increments attempt and lease epoch).
+    Claim,
+    /// The handler succeeded.
+    Complete,
+    /// The handler failed and attempts remain.
+    FailRetry,
+    /// The handler failed permanently, or its last attempt failed.
+    FailDead,
+    /// The reaper found the lease expired and attempts remain.
+    ReapRetry,
+    /// The reaper found the lease expired on the last attempt.
+    ReapDead,
+    /// An operator or the caller cancelled the task before it ran.
+    Cancel,
+    /// An operator retried a dead task (fresh attempt budget, history kept).
+    ManualRetry,
+    /// All parents finished (workflows).
+    Unblock,
+}
+
+/// Every legal transition: `(from, transition, to)`.
+pub const TRANSITIONS: &[(TaskStatus, Transition, TaskStatus)] = {
+    use TaskStatus::*;
+    use Transition::*;
+    &[
+        (Pending, Claim, Running),
+        (Retrying, Claim, Running),
+        (Running, Complete, Succeeded),
+        (Running, FailRetry, Retrying),
+        (Running, FailDead, Dead),
+        (Running, ReapRetry, Retrying),
+        (Running, ReapDead, Dead),
+        (Pending, Cancel, Cancelled),
+        (Retrying, Cancel, Cancelled),
+        (Blocked, Cancel, Cancelled),
+        (Dead, ManualRetry, Pending),
+        (Blocked, Unblock, Pending),
+    ]
+};
+
+/// The status a transition leads to from `from`, or `None` if it is illegal there.
+pub fn apply(from: TaskStatus, transition: Transition) -> Option<TaskStatus> {
+    TRANSITIONS
+        .iter()
+        .find(|(f, t, _)| *f == from && *t == transition)
+        .map(|(_, _, to)| *to)
+}
+
+/// Whether some transition leads from `from` to `to`.
+pub fn is_legal(from: TaskStatus, to: TaskStatus) -> bool {
+    TRANSITIONS.iter().any(|(f, _, t)| *f == from && *t == to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for status in TaskStatus::ALL {
+            assert_eq!(status.as_str().parse::<TaskStatus>(), Ok(status));
+        }
+        assert!("finished".parse::<TaskStatus>().is_err());
+    }
+
+    #[test]
+    fn finished_states_only_leave_by_manual_retry() {
+        for (from, transition, _) in TRANSITIONS {
+            if from.is_finished() {
+                assert_eq!(
+                    (*from, *transition),
+                    (TaskStatus::Dead, Transition::ManualRetry)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn running_is_left_only_by_a_worker_outcome_or_the_reaper() {
+        assert_eq!(apply(TaskStatus::Running, Transition::Cancel), None);
+        assert_eq!(apply(TaskStatus::Running, Transition::Claim), None);
+        assert_eq!(
+            apply(TaskStatus::Running, Transition::Complete),
+            Some(TaskStatus::Succeeded)
+        );
+    }
+
+    #[test]
+    fn each_transition_is_deterministic() {
+        for (i, (from, transition, _)) in TRANSITIONS.iter().enumerate() {
+            for (other_from, other_transition, _) in &TRANSITIONS[i + 1..] {
+                assert!((from, transition) != (other_from, other_transition));
+            }
+        }
+    }
+}

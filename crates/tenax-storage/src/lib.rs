@@ -1,0 +1,133 @@
+//! The Tenax storage seam and its backends.
+//!
+//! [`Storage`] is the one trait through which Tenax touches a database: every state
+//! change of a task is one of its methods, and each is one transaction guarded by a
+//! conditional write. The runtime holds it as `Arc<dyn Storage>`, chosen at run time
+//! from the database URL ([`connect`]); a database round trip costs far more than a
+//! boxed future.
+//!
+//! **Implemented only in this workspace; it may change in any release.** Each backend
+//! passes the conformance suite in [`testing`] (feature `testing`), which pins what
+//! every method means.
+//!
+//! | backend | URL | feature | wake-ups |
+//! |---|---|---|---|
+//! | SQLite (WAL, `synchronous=FULL`) | `sqlite://PATH` | `sqlite` (default) | in-process only |
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tenax_core::{AttemptRecord, TaskId, TaskRecord};
+
+mod error;
+pub mod params;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::{Result, StorageError};
+pub use params::*;
+
+/// Longest error text stored per attempt, in bytes; longer errors are truncated.
+pub const ERROR_MAX_BYTES: usize = 4096;
+/// Attempts kept in each task's history; older entries are dropped.
+pub const ATTEMPT_HISTORY_LEN: i64 = 20;
+
+/// What a backend can do beyond the common contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Other processes' enqueues wake this process's workers (PostgreSQL LISTEN).
+    pub cross_process_wakeups: bool,
+}
+
+/// A receiver that changes whenever tasks may have become due (a hint, never data).
+pub type WakeReceiver = tokio::sync::watch::Receiver<u64>;
+
+/// The storage seam. See the [crate docs](crate).
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// The backend's name (`"sqlite"`).
+    fn backend(&self) -> &'static str;
+
+    /// What the backend can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Apply pending schema migrations (idempotent; versioned).
+    async fn migrate(&self) -> Result<()>;
+
+    /// The database clock.
+    async fn now(&self) -> Result<DateTime<Utc>>;
+
+    /// A hint that tasks may be due, for workers in this process.
+    fn wakeups(&self) -> WakeReceiver;
+
+    /// Insert a task, or return the existing one with the same `task_no`, type and
+    /// payload; the same `task_no` with another type or payload is
+    /// [`StorageError::TaskNoConflict`]. Returns only after the commit.
+    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted>;
+
+    /// One task, by id or number.
+    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>>;
+
+    /// Tasks matching filters, newest first.
+    async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>>;
+
+    /// A task's attempt history, oldest first.
+    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>>;
+
+    /// Claim due tasks of the given queues and types, most urgent first then oldest
+    /// run time: each becomes `running` with `attempt + 1`, `lease_epoch + 1`, a lease
+    /// until now + TTL, and an open attempt-history entry.
+    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>>;
+
+    /// Renew leases that are still held (`running` under the same epoch); returns the
+    /// ids renewed. A lease missing from the answer is lost.
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>>;
+
+    /// Mark a task succeeded, only if it is still `running` under the lease's epoch.
+    /// Returns `false` (and writes nothing) when the lease was lost. For a compensation
+    /// task, records the compensation state on the compensated task in the same
+    /// transaction.
+    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool>;
+
+    /// Record a failed attempt, only if the task is still `running` under the lease's
+    /// epoch: `retrying` after the delay, or `dead` (scheduling its compensation, or
+    /// for a compensation task recording it failed). Returns `false` when the lease
+    /// was lost.
+    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool>;
+
+    /// Move `running` tasks whose lease expired to `retrying` (run now) or, when out of
+    /// attempts, `dead`; the expiry is re-checked in the write itself.
+    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>>;
+
+    /// Cancel a `pending`, `retrying` or `blocked` task.
+    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord>;
+
+    /// Return a `dead` task to `pending` with a fresh attempt budget; its history is
+    /// kept.
+    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord>;
+
+    /// Delete finished tasks (and their history) older than the retention; returns how
+    /// many. A dead task whose compensation has not finished is kept.
+    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64>;
+
+    /// Counts by status and by command type.
+    async fn stats(&self) -> Result<Stats>;
+}
+
+/// Open the backend a URL names and apply its migrations.
+///
+/// `sqlite://PATH` (the file is created when missing), `sqlite::memory:` is refused
+/// because each pooled connection would see its own database.
+pub async fn connect(url: &str) -> Result<Arc<dyn Storage>> {
+    #[cfg(feature = "sqlite")]
+    if url.starts_with("sqlite:") {
+        let storage = sqlite::SqliteStorage::connect(url).await?;
+        storage.migrate().await?;
+        return Ok(Arc::new(storage));
+    }
+    Err(StorageError::UnsupportedUrl(url.to_owned()))
+}

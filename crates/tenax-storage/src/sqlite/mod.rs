@@ -1,0 +1,863 @@
+//! The SQLite backend: the embedded default.
+//!
+//! - WAL journal with `synchronous=FULL` by default, so an acknowledged enqueue survives
+//!   power loss. [`Synchronous::Normal`] is faster and may lose the last commits on
+//!   power loss (never on a process crash); it is only used when chosen explicitly.
+//! - Every write is one `BEGIN IMMEDIATE` transaction: SQLite takes the write lock at
+//!   the start, so a transaction never has to upgrade a read snapshot (which fails with
+//!   `SQLITE_BUSY_SNAPSHOT` and is not retried by the busy handler). Writers queue on the
+//!   `busy_timeout`.
+//! - Times are INTEGER milliseconds since the Unix epoch, UTC, taken from SQLite's clock
+//!   (`unixepoch('subsec')`) inside the transaction that uses them.
+//! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use tenax_core::{
+    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
+    TaskStatus,
+};
+use tokio::sync::watch;
+
+use crate::error::{Result, StorageError};
+use crate::params::*;
+use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
+
+mod rows;
+
+use rows::{ms, task_from_row, TASK_COLUMNS};
+
+/// The largest payload accepted, in bytes.
+pub const PAYLOAD_MAX_BYTES: usize = 1024 * 1024;
+
+const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// SQLite's `synchronous` setting for the WAL journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit is fsynced: an acknowledged write survives power loss. The default.
+    #[default]
+    Full,
+    /// Commits are fsynced at checkpoints: faster, and the last commits may be lost on
+    /// power loss (not on a process crash).
+    Normal,
+}
+
+/// Options of the SQLite backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteConfig {
+    /// Durability of commits. Defaults to [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How long a writer waits for the write lock. Defaults to 10 seconds.
+    pub busy_timeout: Duration,
+    /// Pooled connections. Defaults to 8.
+    pub max_connections: u32,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(10),
+            max_connections: 8,
+        }
+    }
+}
+
+/// Tenax on a SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStorage {
+    pool: SqlitePool,
+    wake: watch::Sender<u64>,
+}
+
+impl SqliteStorage {
+    /// Open (creating if missing) the file a `sqlite://PATH` URL names, with defaults.
+    /// Does not migrate: call [`Storage::migrate`], or use [`crate::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &SqliteConfig::default()).await
+    }
+
+    /// Open with explicit options.
+    pub async fn connect_with(url: &str, config: &SqliteConfig) -> Result<Self> {
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Err(InvalidInput::new(
+                "database URL",
+                "an in-memory SQLite database is private to one connection; use a file",
+            )
+            .into());
+        }
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| InvalidInput::new("database URL", e.to_string()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match config.synchronous {
+                Synchronous::Full => SqliteSynchronous::Full,
+                Synchronous::Normal => SqliteSynchronous::Normal,
+            })
+            .busy_timeout(config.busy_timeout)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(config.max_connections.max(1))
+            .acquire_timeout(config.busy_timeout + Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(map_err)?;
+        let (wake, _) = watch::channel(0);
+        Ok(Self { pool, wake })
+    }
+
+    /// The connection pool, for callers that share the database (and for tests that
+    /// check its settings).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn wake(&self) {
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_err)
+    }
+}
+
+/// The database clock, or the caller's override, in milliseconds.
+async fn clock(tx: &mut Transaction<'static, Sqlite>, now: Option<DateTime<Utc>>) -> Result<i64> {
+    match now {
+        Some(now) => Ok(now.timestamp_millis()),
+        None => sqlx::query_scalar(NOW_MS)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(map_err),
+    }
+}
+
+/// Map a sqlx error to the normalised kinds.
+pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
+    match &err {
+        sqlx::Error::Database(db) => {
+            // Primary result codes: SQLITE_BUSY (5, incl. BUSY_SNAPSHOT 517),
+            // SQLITE_LOCKED (6).
+            let code = db
+                .code()
+                .and_then(|c| c.parse::<i64>().ok())
+                .map(|c| c & 0xff);
+            if matches!(code, Some(5 | 6)) {
+                StorageError::Transient(Box::new(err))
+            } else {
+                StorageError::Database(Box::new(err))
+            }
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+            StorageError::Transient(Box::new(err))
+        }
+        _ => StorageError::Database(Box::new(err)),
+    }
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn truncate_error(error: &str) -> String {
+    if error.len() <= crate::ERROR_MAX_BYTES {
+        return error.to_owned();
+    }
+    let mut end = crate::ERROR_MAX_BYTES;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &error[..end])
+}
+
+fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
+    if params.payload.len() > PAYLOAD_MAX_BYTES {
+        return Err(InvalidInput::new(
+            "payload",
+            format!(
+                "is {} bytes, at most {PAYLOAD_MAX_BYTES} allowed",
+                params.payload.len()
+            ),
+        )
+        .into());
+    }
+    let payload: Value = serde_json::from_str(&params.payload)
+        .map_err(|e| InvalidInput::new("payload", format!("is not JSON: {e}")))?;
+    tenax_core::QueueName::new(params.queue.clone())?;
+    if params.command_type.is_empty() || params.command_type.len() > 100 {
+        return Err(InvalidInput::new("command type", "must be 1 to 100 bytes").into());
+    }
+    if params.max_attempts == 0 {
+        return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
+    }
+    if params.timeout.is_zero() {
+        return Err(InvalidInput::new("timeout", "must be positive").into());
+    }
+    Ok(payload)
+}
+
+/// Insert the compensation task of `dead`, a task that just died.
+async fn schedule_compensation(
+    tx: &mut Transaction<'static, Sqlite>,
+    dead: &TaskRecord,
+    now: i64,
+) -> Result<()> {
+    let task_no = format!("{}:compensate:{}", dead.task_no, dead.lease_epoch);
+    sqlx::query(
+        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
+             status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
+         VALUES (?, 'compensate', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (task_no) DO NOTHING",
+    )
+    .bind(task_no)
+    .bind(dead.id.0)
+    .bind(&dead.command_type)
+    .bind(&dead.payload)
+    .bind(&dead.queue)
+    .bind(i64::from(dead.priority.get()))
+    .bind(i64::from(dead.max_attempts))
+    .bind(now)
+    .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
+    .bind(&dead.last_error)
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Record what a finished compensation task means for the task it compensates.
+async fn record_compensation(
+    tx: &mut Transaction<'static, Sqlite>,
+    parent: Option<TaskId>,
+    state: CompensationState,
+    now: i64,
+) -> Result<()> {
+    let Some(parent) = parent else {
+        return Ok(());
+    };
+    sqlx::query(
+        "UPDATE tenax_tasks SET compensation = ?, updated_at = ?
+         WHERE id = ? AND compensation = 'pending'",
+    )
+    .bind(state.as_str())
+    .bind(now)
+    .bind(parent.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// After a task died: schedule its compensation, or, for a compensation task, record
+/// that the compensation failed.
+async fn on_death(
+    tx: &mut Transaction<'static, Sqlite>,
+    dead: &TaskRecord,
+    now: i64,
+) -> Result<()> {
+    match dead.kind {
+        TaskKind::Execute => schedule_compensation(tx, dead, now).await,
+        TaskKind::Compensate => {
+            record_compensation(tx, dead.parent_id, CompensationState::Failed, now).await
+        }
+    }
+}
+
+async fn close_attempt(
+    tx: &mut Transaction<'static, Sqlite>,
+    lease: Lease,
+    outcome: AttemptOutcome,
+    error: Option<&str>,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE tenax_attempts SET finished_at = ?, outcome = ?, error = ?
+         WHERE task_id = ? AND epoch = ? AND outcome = 'running'",
+    )
+    .bind(now)
+    .bind(outcome.as_str())
+    .bind(error)
+    .bind(lease.id.0)
+    .bind(lease.epoch)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+async fn fetch_ref(
+    executor: impl sqlx::SqliteExecutor<'_>,
+    task: &TaskRef,
+) -> Result<Option<TaskRecord>> {
+    let row = match task {
+        TaskRef::Id(id) => {
+            sqlx::query(&format!(
+                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id = ?"
+            ))
+            .bind(id.0)
+            .fetch_optional(executor)
+            .await
+        }
+        TaskRef::No(no) => {
+            sqlx::query(&format!(
+                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE task_no = ?"
+            ))
+            .bind(no.as_str())
+            .fetch_optional(executor)
+            .await
+        }
+    }
+    .map_err(map_err)?;
+    row.as_ref().map(task_from_row).transpose()
+}
+
+fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
+}
+
+#[async_trait]
+impl Storage for SqliteStorage {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cross_process_wakeups: false,
+        }
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        // Two processes starting on a fresh file may race; the loser sees the winner's
+        // migrations on its next try.
+        let mut last = None;
+        for _ in 0..5 {
+            match MIGRATOR.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        Err(StorageError::Migration(
+            last.map(|e| e.to_string()).unwrap_or_default(),
+        ))
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        let now: i64 = sqlx::query_scalar(NOW_MS)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        ms(now)
+    }
+
+    fn wakeups(&self) -> WakeReceiver {
+        self.wake.subscribe()
+    }
+
+    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
+        let payload = validate_insert(params)?;
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let run_at = match params.run_at {
+            RunAt::Now => now,
+            RunAt::In(delay) => now.saturating_add(duration_ms(delay)),
+            RunAt::At(at) => at.timestamp_millis(),
+        };
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
+                 max_attempts, run_at, timeout_ms, created_at, updated_at)
+             VALUES (?, 'execute', ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
+             ON CONFLICT (task_no) DO NOTHING
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(params.task_no.as_str())
+        .bind(&params.command_type)
+        .bind(&params.payload)
+        .bind(&params.queue)
+        .bind(i64::from(params.priority.get()))
+        .bind(i64::from(params.max_attempts))
+        .bind(run_at)
+        .bind(duration_ms(params.timeout))
+        .bind(now)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if let Some(row) = inserted {
+            let task = task_from_row(&row)?;
+            tx.commit().await.map_err(map_err)?;
+            self.wake();
+            return Ok(TaskInserted {
+                task,
+                created: true,
+            });
+        }
+        let existing = fetch_ref(&mut *tx, &TaskRef::No(params.task_no.clone()))
+            .await?
+            .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
+        tx.commit().await.map_err(map_err)?;
+        if existing.command_type != params.command_type {
+            return Err(StorageError::TaskNoConflict {
+                task_no: params.task_no.to_string(),
+                field: "command type",
+            });
+        }
+        let same_payload = serde_json::from_str::<Value>(&existing.payload)
+            .map(|stored| stored == payload)
+            .unwrap_or(false);
+        if !same_payload {
+            return Err(StorageError::TaskNoConflict {
+                task_no: params.task_no.to_string(),
+                field: "payload",
+            });
+        }
+        Ok(TaskInserted {
+            task: existing,
+            created: false,
+        })
+    }
+
+    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
+        fetch_ref(&self.pool, task).await
+    }
+
+    async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS} FROM tenax_tasks
+             WHERE (?1 IS NULL OR status = ?1)
+               AND (?2 IS NULL OR command_type = ?2)
+               AND (?3 IS NULL OR queue = ?3)
+               AND (?4 IS NULL OR id < ?4)
+             ORDER BY id DESC
+             LIMIT ?5"
+        ))
+        .bind(params.status.map(TaskStatus::as_str))
+        .bind(params.command_type.as_deref())
+        .bind(params.queue.as_deref())
+        .bind(params.before_id.map(|id| id.0))
+        .bind(i64::from(params.limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>> {
+        let rows = sqlx::query(
+            "SELECT task_id, epoch, attempt, worker, started_at, finished_at, outcome, error
+             FROM tenax_attempts WHERE task_id = ? ORDER BY epoch",
+        )
+        .bind(id.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(rows::attempt_from_row).collect()
+    }
+
+    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let rows = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
+                 lease_owner = ?1, lease_expires_at = ?2 + ?3,
+                 started_at = COALESCE(started_at, ?2), updated_at = ?2
+             WHERE id IN (
+                 SELECT id FROM tenax_tasks
+                 WHERE status IN ('pending', 'retrying') AND run_at <= ?2
+                   AND queue IN (SELECT value FROM json_each(?4))
+                   AND command_type IN (SELECT value FROM json_each(?5))
+                 ORDER BY priority DESC, run_at, id
+                 LIMIT ?6)
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(&params.worker)
+        .bind(now)
+        .bind(duration_ms(params.lease_ttl))
+        .bind(json_list(&params.queues))
+        .bind(json_list(&params.command_types))
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        if tasks.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(tasks);
+        }
+        let ids = json_list(&tasks.iter().map(|t| t.id.0).collect::<Vec<_>>());
+        sqlx::query(
+            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
+             SELECT id, lease_epoch, attempt, lease_owner, ?1, 'running' FROM tenax_tasks
+             WHERE id IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(now)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        sqlx::query(
+            "DELETE FROM tenax_attempts
+             WHERE task_id IN (SELECT value FROM json_each(?1))
+               AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
+                             WHERE t.id = tenax_attempts.task_id) - ?2",
+        )
+        .bind(&ids)
+        .bind(ATTEMPT_HISTORY_LEN)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        tasks.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.run_at.cmp(&b.run_at))
+                .then(a.id.cmp(&b.id))
+        });
+        Ok(tasks)
+    }
+
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+        if params.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pairs = json_list(
+            &params
+                .leases
+                .iter()
+                .map(|l| [l.id.0, l.epoch])
+                .collect::<Vec<_>>(),
+        );
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "UPDATE tenax_tasks SET lease_expires_at = ?1 + ?2, updated_at = ?1
+             WHERE status = 'running'
+               AND (id, lease_epoch) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                                         FROM json_each(?3))
+             RETURNING id",
+        )
+        .bind(now)
+        .bind(duration_ms(params.lease_ttl))
+        .bind(pairs)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(ids.into_iter().map(TaskId).collect())
+    }
+
+    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = 'succeeded', result = ?1, finished_at = ?2, updated_at = ?2,
+                 lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = ?3 AND status = 'running' AND lease_epoch = ?4
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(params.result.as_deref())
+        .bind(now)
+        .bind(params.lease.id.0)
+        .bind(params.lease.epoch)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        };
+        let task = task_from_row(&row)?;
+        close_attempt(&mut tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
+        if task.kind == TaskKind::Compensate {
+            record_compensation(&mut tx, task.parent_id, params.compensation, now).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(true)
+    }
+
+    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
+        let error = truncate_error(&params.error);
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let (wants_death, run_at) = match params.next {
+            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay))),
+            FailNext::Dead => (true, now),
+        };
+        // A task out of attempts dies even if the caller asked for a retry: the budget
+        // is enforced here, not only by the worker.
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = CASE WHEN ?1 OR attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 run_at = ?2, last_error = ?3, updated_at = ?4,
+                 lease_owner = NULL, lease_expires_at = NULL,
+                 finished_at = CASE WHEN ?1 OR attempt >= max_attempts THEN ?4 END,
+                 compensation = CASE WHEN (?1 OR attempt >= max_attempts) AND kind = 'execute'
+                                     THEN 'pending' ELSE compensation END
+             WHERE id = ?5 AND status = 'running' AND lease_epoch = ?6
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(wants_death)
+        .bind(run_at)
+        .bind(&error)
+        .bind(now)
+        .bind(params.lease.id.0)
+        .bind(params.lease.epoch)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        };
+        let task = task_from_row(&row)?;
+        let dead = task.status == TaskStatus::Dead;
+        let outcome = if dead {
+            AttemptOutcome::Dead
+        } else {
+            AttemptOutcome::Failed
+        };
+        close_attempt(&mut tx, params.lease, outcome, Some(&error), now).await?;
+        if dead {
+            on_death(&mut tx, &task, now).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        self.wake();
+        Ok(true)
+    }
+
+    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
+        // on a row it read earlier, so a completion that commits first always wins.
+        let rows = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 run_at = ?1,
+                 last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
+                 finished_at = CASE WHEN attempt >= max_attempts THEN ?1 END,
+                 compensation = CASE WHEN attempt >= max_attempts AND kind = 'execute'
+                                     THEN 'pending' ELSE compensation END,
+                 lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
+             WHERE id IN (SELECT id FROM tenax_tasks
+                          WHERE status = 'running' AND lease_expires_at < ?1
+                          ORDER BY lease_expires_at LIMIT ?2)
+               AND status = 'running' AND lease_expires_at < ?1
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        for task in &tasks {
+            let lease = Lease {
+                id: task.id,
+                epoch: task.lease_epoch,
+            };
+            close_attempt(
+                &mut tx,
+                lease,
+                AttemptOutcome::LeaseExpired,
+                task.last_error.as_deref(),
+                now,
+            )
+            .await?;
+            if task.status == TaskStatus::Dead {
+                on_death(&mut tx, task, now).await?;
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        if !tasks.is_empty() {
+            self.wake();
+        }
+        Ok(tasks
+            .into_iter()
+            .map(|t| ReapedTask {
+                id: t.id,
+                status: t.status,
+            })
+            .collect())
+    }
+
+    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let (by_id, by_no) = split_ref(&params.task);
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
+             WHERE (id = ?2 OR task_no = ?3) AND status IN ('pending', 'retrying', 'blocked')
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(by_id)
+        .bind(by_no)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        match row {
+            Some(row) => {
+                let task = task_from_row(&row)?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(task)
+            }
+            None => {
+                let current = fetch_ref(&mut *tx, &params.task).await?;
+                tx.rollback().await.map_err(map_err)?;
+                Err(refusal(&params.task, current, "cancel it"))
+            }
+        }
+    }
+
+    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let (by_id, by_no) = split_ref(&params.task);
+        // A dead task whose compensation still runs is not retried: undoing and redoing
+        // at the same time would race.
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = 'pending', attempt = 0, run_at = ?1, finished_at = NULL,
+                 compensation = NULL, result = NULL, updated_at = ?1
+             WHERE (id = ?2 OR task_no = ?3) AND status = 'dead'
+               AND (compensation IS NULL OR compensation != 'pending')
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(by_id)
+        .bind(by_no)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        match row {
+            Some(row) => {
+                let task = task_from_row(&row)?;
+                tx.commit().await.map_err(map_err)?;
+                self.wake();
+                Ok(task)
+            }
+            None => {
+                let current = fetch_ref(&mut *tx, &params.task).await?;
+                tx.rollback().await.map_err(map_err)?;
+                if let Some(task) = &current {
+                    if task.status == TaskStatus::Dead {
+                        return Err(StorageError::InvalidState {
+                            task: params.task.to_string(),
+                            status: task.status,
+                            action: "retry it while its compensation runs",
+                        });
+                    }
+                }
+                Err(refusal(&params.task, current, "retry it"))
+            }
+        }
+    }
+
+    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM tenax_tasks
+             WHERE id IN (SELECT id FROM tenax_tasks
+                          WHERE status IN ('succeeded', 'dead', 'cancelled')
+                            AND finished_at < ?1
+                            AND (compensation IS NULL OR compensation != 'pending')
+                          ORDER BY finished_at LIMIT ?2)
+             RETURNING id",
+        )
+        .bind(now.saturating_sub(duration_ms(params.retention)))
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if !ids.is_empty() {
+            sqlx::query(
+                "DELETE FROM tenax_attempts WHERE task_id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(json_list(&ids))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(ids.len() as u64)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        let by_type_rows = sqlx::query(
+            "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
+             GROUP BY command_type, status ORDER BY command_type, status",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        let mut stats = Stats::default();
+        for row in &by_type_rows {
+            let command_type: String = row.try_get("command_type").map_err(map_err)?;
+            let status: String = row.try_get("status").map_err(map_err)?;
+            let status: TaskStatus = status.parse()?;
+            let n: i64 = row.try_get("n").map_err(map_err)?;
+            let n = u64::try_from(n).unwrap_or(0);
+            stats.by_type.push((command_type, status, n));
+            match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
+                Some((_, total)) => *total += n,
+                None => stats.by_status.push((status, n)),
+            }
+        }
+        stats.by_status.sort();
+        let oldest: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) - MIN(run_at) FROM tenax_tasks
+             WHERE status IN ('pending', 'retrying')
+               AND run_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        stats.oldest_due_age =
+            oldest.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+        Ok(stats)
+    }
+}
+
+fn split_ref(task: &TaskRef) -> (Option<i64>, Option<&str>) {
+    match task {
+        TaskRef::Id(id) => (Some(id.0), None),
+        TaskRef::No(no) => (None, Some(no.as_str())),
+    }
+}
+
+fn refusal(task: &TaskRef, current: Option<TaskRecord>, action: &'static str) -> StorageError {
+    match current {
+        None => StorageError::NotFound(task.to_string()),
+        Some(current) => StorageError::InvalidState {
+            task: task.to_string(),
+            status: current.status,
+            action,
+        },
+    }
+}

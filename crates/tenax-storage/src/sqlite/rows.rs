@@ -1,0 +1,90 @@
+//! Decoding SQLite rows into domain records.
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+use tenax_core::{
+    AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
+    TaskRecord,
+};
+
+use super::map_err;
+use crate::error::{Result, StorageError};
+
+/// The columns every task query selects, in [`task_from_row`]'s terms.
+pub(super) const TASK_COLUMNS: &str =
+    "id, task_no, kind, parent_id, command_type, payload, queue, \
+     priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
+     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at";
+
+pub(super) fn ms(value: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(value)
+        .ok_or_else(|| StorageError::Corrupt(format!("time {value} ms is out of range")))
+}
+
+fn opt_ms(value: Option<i64>) -> Result<Option<DateTime<Utc>>> {
+    value.map(ms).transpose()
+}
+
+fn u32_of(value: i64, column: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| StorageError::Corrupt(format!("{column} = {value}")))
+}
+
+pub(super) fn task_from_row(row: &SqliteRow) -> Result<TaskRecord> {
+    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(map_err);
+    let get_str = |c: &str| row.try_get::<String, _>(c).map_err(map_err);
+    let get_opt_i64 = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(map_err);
+    let get_opt_str = |c: &str| row.try_get::<Option<String>, _>(c).map_err(map_err);
+
+    let kind = get_str("kind")?;
+    let compensation = get_opt_str("compensation")?;
+    let priority = get_i64("priority")?;
+    Ok(TaskRecord {
+        id: TaskId(get_i64("id")?),
+        task_no: TaskNo::from_stored(get_str("task_no")?),
+        kind: TaskKind::parse(&kind)
+            .ok_or_else(|| StorageError::Corrupt(format!("kind = {kind:?}")))?,
+        parent_id: get_opt_i64("parent_id")?.map(TaskId),
+        command_type: get_str("command_type")?,
+        payload: get_str("payload")?,
+        queue: get_str("queue")?,
+        priority: u8::try_from(priority)
+            .ok()
+            .and_then(|p| Priority::new(p).ok())
+            .ok_or_else(|| StorageError::Corrupt(format!("priority = {priority}")))?,
+        status: get_str("status")?.parse()?,
+        attempt: u32_of(get_i64("attempt")?, "attempt")?,
+        max_attempts: u32_of(get_i64("max_attempts")?, "max_attempts")?,
+        lease_epoch: get_i64("lease_epoch")?,
+        lease_owner: get_opt_str("lease_owner")?,
+        lease_expires_at: opt_ms(get_opt_i64("lease_expires_at")?)?,
+        run_at: ms(get_i64("run_at")?)?,
+        timeout_ms: u64::try_from(get_i64("timeout_ms")?).unwrap_or(0),
+        last_error: get_opt_str("last_error")?,
+        result: get_opt_str("result")?,
+        compensation: compensation
+            .map(|c| {
+                CompensationState::parse(&c)
+                    .ok_or_else(|| StorageError::Corrupt(format!("compensation = {c:?}")))
+            })
+            .transpose()?,
+        created_at: ms(get_i64("created_at")?)?,
+        updated_at: ms(get_i64("updated_at")?)?,
+        started_at: opt_ms(get_opt_i64("started_at")?)?,
+        finished_at: opt_ms(get_opt_i64("finished_at")?)?,
+    })
+}
+
+pub(super) fn attempt_from_row(row: &SqliteRow) -> Result<AttemptRecord> {
+    let outcome: String = row.try_get("outcome").map_err(map_err)?;
+    Ok(AttemptRecord {
+        task_id: TaskId(row.try_get("task_id").map_err(map_err)?),
+        epoch: row.try_get("epoch").map_err(map_err)?,
+        attempt: u32_of(row.try_get("attempt").map_err(map_err)?, "attempt")?,
+        worker: row.try_get("worker").map_err(map_err)?,
+        started_at: ms(row.try_get("started_at").map_err(map_err)?)?,
+        finished_at: opt_ms(row.try_get("finished_at").map_err(map_err)?)?,
+        outcome: AttemptOutcome::parse(&outcome)
+            .ok_or_else(|| StorageError::Corrupt(format!("outcome = {outcome:?}")))?,
+        error: row.try_get("error").map_err(map_err)?,
+    })
+}

@@ -1,0 +1,122 @@
+//! A storage wrapper that fails chosen methods on demand: the unit of fault injection.
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tenax_core::{AttemptRecord, TaskId, TaskRecord};
+
+use crate::{
+    Capabilities, LeaseExtendParams, ReapedTask, Result, Stats, Storage, StorageError,
+    TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams,
+    TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
+};
+
+/// Methods that [`FaultyStorage`] can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StorageMethod {
+    Claim,
+    LeaseExtend,
+    Complete,
+    Fail,
+    Reap,
+}
+
+/// Wraps a storage; methods switched on with [`FaultyStorage::fail`] return a transient
+/// error until switched off.
+pub struct FaultyStorage {
+    inner: Arc<dyn Storage>,
+    failing: Mutex<HashSet<StorageMethod>>,
+}
+
+impl FaultyStorage {
+    pub fn new(inner: Arc<dyn Storage>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            failing: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Make `method` fail (`true`) or work (`false`).
+    pub fn fail(&self, method: StorageMethod, failing: bool) {
+        let mut set = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if failing {
+            set.insert(method);
+        } else {
+            set.remove(&method);
+        }
+    }
+
+    fn check(&self, method: StorageMethod) -> Result<()> {
+        let set = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if set.contains(&method) {
+            return Err(StorageError::Transient(
+                format!("injected fault in {method:?}").into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Storage for FaultyStorage {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn migrate(&self) -> Result<()> {
+        self.inner.migrate().await
+    }
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        self.inner.now().await
+    }
+    fn wakeups(&self) -> WakeReceiver {
+        self.inner.wakeups()
+    }
+    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
+        self.inner.task_insert(params).await
+    }
+    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
+        self.inner.task_get(task).await
+    }
+    async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
+        self.inner.task_list(params).await
+    }
+    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>> {
+        self.inner.task_attempts(id).await
+    }
+    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        self.check(StorageMethod::Claim)?;
+        self.inner.task_claim_batch(params).await
+    }
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+        self.check(StorageMethod::LeaseExtend)?;
+        self.inner.lease_extend(params).await
+    }
+    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        self.check(StorageMethod::Complete)?;
+        self.inner.task_complete_if_leased(params).await
+    }
+    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
+        self.check(StorageMethod::Fail)?;
+        self.inner.task_fail_if_leased(params).await
+    }
+    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
+        self.check(StorageMethod::Reap)?;
+        self.inner.task_reap_expired(params).await
+    }
+    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        self.inner.task_cancel(params).await
+    }
+    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        self.inner.task_retry(params).await
+    }
+    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
+        self.inner.task_prune(params).await
+    }
+    async fn stats(&self) -> Result<Stats> {
+        self.inner.stats().await
+    }
+}

@@ -1,0 +1,175 @@
+//! Test support for this workspace: harnesses, a task factory, a fault-injecting
+//! wrapper, and the conformance suite every backend passes.
+//!
+//! ```ignore
+//! tenax_storage::conformance_tests!(sqlite, tenax_storage::testing::sqlite_file);
+//! ```
+//! expands to one `#[tokio::test]` per case, so a failure names the backend and the case.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tenax_core::{Priority, TaskNo, TaskRecord};
+
+use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
+
+pub mod conformance;
+mod faults;
+
+pub use faults::{FaultyStorage, StorageMethod};
+
+/// A storage under test and whatever keeps it alive.
+pub struct Harness {
+    pub storage: Arc<dyn Storage>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Harness {
+    /// Wrap an existing storage.
+    pub fn new(storage: Arc<dyn Storage>) -> Self {
+        Self {
+            storage,
+            _dir: None,
+        }
+    }
+
+    /// Insert a task built from `opts`.
+    pub async fn task(&self, opts: TaskOpts) -> TaskRecord {
+        self.storage
+            .task_insert(&opts.params())
+            .await
+            .expect("insert task")
+            .task
+    }
+
+    /// Claim up to `limit` due tasks of the factory's type as `worker`.
+    pub async fn claim(
+        &self,
+        worker: &str,
+        limit: u32,
+        now: Option<DateTime<Utc>>,
+    ) -> Vec<TaskRecord> {
+        self.storage
+            .task_claim_batch(&claim_params(worker, limit, now))
+            .await
+            .expect("claim")
+    }
+}
+
+/// Claim parameters for the factory's command type and queue.
+pub fn claim_params(worker: &str, limit: u32, now: Option<DateTime<Utc>>) -> TaskClaimParams {
+    TaskClaimParams {
+        worker: worker.to_owned(),
+        queues: vec!["default".to_owned()],
+        command_types: vec![TaskOpts::TYPE.to_owned()],
+        limit,
+        lease_ttl: Duration::from_secs(30),
+        now,
+    }
+}
+
+/// A fresh SQLite file in a temporary folder, migrated.
+#[cfg(feature = "sqlite")]
+pub async fn sqlite_file() -> Harness {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("tenax.db").display());
+    let storage = crate::connect(&url).await.expect("open sqlite");
+    Harness {
+        storage,
+        _dir: Some(dir),
+    }
+}
+
+/// What the factory inserts; every field has a default.
+#[derive(Debug, Clone)]
+pub struct TaskOpts {
+    pub task_no: Option<String>,
+    pub command_type: String,
+    pub payload: String,
+    pub queue: String,
+    pub priority: u8,
+    pub max_attempts: u32,
+    pub run_at: RunAt,
+    pub now: Option<DateTime<Utc>>,
+}
+
+impl TaskOpts {
+    /// The command type the factory uses by default.
+    pub const TYPE: &'static str = "TEST_COMMAND";
+
+    fn params(&self) -> TaskInsertParams {
+        TaskInsertParams {
+            task_no: self
+                .task_no
+                .clone()
+                .map(|n| TaskNo::new(n).expect("valid task_no"))
+                .unwrap_or_else(TaskNo::generate),
+            command_type: self.command_type.clone(),
+            payload: self.payload.clone(),
+            queue: self.queue.clone(),
+            priority: Priority::new(self.priority).expect("valid priority"),
+            max_attempts: self.max_attempts,
+            timeout: Duration::from_secs(60),
+            run_at: self.run_at,
+            now: self.now,
+        }
+    }
+}
+
+impl Default for TaskOpts {
+    fn default() -> Self {
+        Self {
+            task_no: None,
+            command_type: Self::TYPE.to_owned(),
+            payload: "{}".to_owned(),
+            queue: "default".to_owned(),
+            priority: 5,
+            max_attempts: 5,
+            run_at: RunAt::Now,
+            now: None,
+        }
+    }
+}
+
+/// Generate one `#[tokio::test]` per conformance case for a backend.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($backend:ident, $harness:path) => {
+        mod $backend {
+            $crate::conformance_tests!(@cases $harness;
+                insert_returns_a_pending_task,
+                same_task_no_returns_the_existing_task,
+                same_task_no_with_another_payload_or_type_conflicts,
+                concurrent_enqueues_of_one_task_no_make_one_task,
+                invalid_insert_changes_nothing,
+                claim_orders_by_priority_then_run_time,
+                claim_takes_only_registered_types_and_due_tasks,
+                claim_counts_the_attempt_and_bumps_the_epoch,
+                complete_under_a_stale_epoch_is_rejected,
+                lease_extend_renews_only_held_leases,
+                fail_schedules_the_retry_on_the_database_clock,
+                death_schedules_compensation_recorded_once,
+                compensation_without_handler_is_recorded_as_none,
+                reaper_retries_or_kills_expired_leases,
+                reaper_never_undoes_a_completion,
+                cancel_only_waiting_tasks,
+                manual_retry_resets_the_budget_and_keeps_history,
+                prune_deletes_old_finished_tasks_only,
+                attempt_history_is_bounded,
+                stats_count_by_status_and_type,
+                random_operations_follow_the_state_machine,
+            );
+        }
+    };
+    (@cases $harness:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $harness().await;
+                $crate::testing::conformance::$case(&harness).await;
+            }
+        )*
+    };
+}
