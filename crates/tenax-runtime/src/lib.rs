@@ -1,1 +1,20 @@
-//! placeholder
+//! The Tenax runtime on tokio: the [`Client`] that enqueues and inspects tasks, and the
+//! [`Worker`] that claims, runs, retries and compensates them.
+//!
+//! The path of a task: [`Client::enqueue`] commits it (`pending`); a [`Worker`] that
+//! registered its command type claims it (`running`, attempt and lease epoch + 1),
+//! runs the handler under a lease kept alive by heartbeats, and writes the outcome
+//! with a write guarded by the lease epoch: `succeeded`, `retrying` after backoff, or
+//! `dead` with its compensation scheduled as a linked task.
+#![forbid(unsafe_code)]
+
+mod client;
+mod config;
+mod error;
+pub mod maintenance;
+mod worker;
+
+pub use client::{Client, Enqueue};
+pub use config::{ConfigError, WorkerConfig};
+pub use error::Error;
+pub use worker::Worker;

@@ -1,0 +1,217 @@
+//! The client: enqueue, inspect, cancel and retry tasks.
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tenax_core::{
+    AttemptRecord, Command, InvalidInput, Priority, QueueName, TaskId, TaskNo, TaskRecord,
+};
+use tenax_storage::{
+    RunAt, Stats, Storage, TaskActionParams, TaskInsertParams, TaskInserted, TaskListParams,
+    TaskRef,
+};
+
+use crate::error::Error;
+
+/// A handle on the task store, for code that enqueues and inspects tasks.
+///
+/// Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Client {
+    storage: Arc<dyn Storage>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("backend", &self.storage.backend())
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client over an open storage.
+    pub fn new(storage: Arc<dyn Storage>) -> Self {
+        Self { storage }
+    }
+
+    /// Open the database a URL names (applying migrations) and return a client.
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        Ok(Self::new(tenax_storage::connect(url).await?))
+    }
+
+    /// The storage, to share with a [`Worker`](crate::Worker).
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Enqueue a task of command `C`, with `C`'s defaults; adjust with the builder's
+    /// methods, then `.await` it. Returns once the task is committed.
+    pub fn enqueue<C: Command>(&self, context: C::Context) -> Enqueue<'_> {
+        let payload = serde_json::to_string(&context).map_err(Error::from);
+        Enqueue {
+            client: self,
+            params: payload.map(|payload| TaskInsertParams {
+                task_no: TaskNo::generate(),
+                command_type: C::TYPE.to_owned(),
+                payload,
+                queue: C::QUEUE.to_owned(),
+                priority: Priority::new(C::PRIORITY).unwrap_or_default(),
+                max_attempts: C::MAX_ATTEMPTS,
+                timeout: C::TIMEOUT,
+                run_at: RunAt::Now,
+                now: None,
+            }),
+        }
+    }
+
+    /// Enqueue a task by type name and JSON payload (for tools that have no Rust type).
+    pub fn enqueue_raw(&self, command_type: &str, payload: &serde_json::Value) -> Enqueue<'_> {
+        Enqueue {
+            client: self,
+            params: Ok(TaskInsertParams {
+                task_no: TaskNo::generate(),
+                command_type: command_type.to_owned(),
+                payload: payload.to_string(),
+                queue: QueueName::DEFAULT.to_owned(),
+                priority: Priority::DEFAULT,
+                max_attempts: 5,
+                timeout: Duration::from_secs(300),
+                run_at: RunAt::Now,
+                now: None,
+            }),
+        }
+    }
+
+    /// A task by id or number.
+    pub async fn get(&self, task: &TaskRef) -> Result<Option<TaskRecord>, Error> {
+        Ok(self.storage.task_get(task).await?)
+    }
+
+    /// Tasks matching filters, newest first.
+    pub async fn list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>, Error> {
+        Ok(self.storage.task_list(params).await?)
+    }
+
+    /// A task's attempt history, oldest first (the last 20 attempts).
+    pub async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, Error> {
+        Ok(self.storage.task_attempts(id).await?)
+    }
+
+    /// Cancel a task that has not started (`pending`, `retrying`, `blocked`).
+    pub async fn cancel(&self, task: TaskRef) -> Result<TaskRecord, Error> {
+        Ok(self
+            .storage
+            .task_cancel(&TaskActionParams { task, now: None })
+            .await?)
+    }
+
+    /// Retry a dead task with a fresh attempt budget (its history is kept).
+    pub async fn retry(&self, task: TaskRef) -> Result<TaskRecord, Error> {
+        Ok(self
+            .storage
+            .task_retry(&TaskActionParams { task, now: None })
+            .await?)
+    }
+
+    /// Counts by status and command type.
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        Ok(self.storage.stats().await?)
+    }
+}
+
+/// An enqueue being built; `.await` it to commit.
+#[must_use = "an enqueue does nothing until awaited"]
+pub struct Enqueue<'a> {
+    client: &'a Client,
+    params: Result<TaskInsertParams, Error>,
+}
+
+impl Enqueue<'_> {
+    fn map(mut self, f: impl FnOnce(&mut TaskInsertParams) -> Result<(), Error>) -> Self {
+        if let Ok(params) = &mut self.params {
+            if let Err(e) = f(params) {
+                self.params = Err(e);
+            }
+        }
+        self
+    }
+
+    /// The business number (idempotency key). Defaults to a fresh UUIDv7.
+    pub fn task_no(self, task_no: impl Into<String>) -> Self {
+        let task_no = task_no.into();
+        self.map(|p| {
+            p.task_no = TaskNo::new(task_no)?;
+            Ok(())
+        })
+    }
+
+    /// The queue. Defaults to the command's.
+    pub fn queue(self, queue: impl Into<String>) -> Self {
+        let queue = queue.into();
+        self.map(|p| {
+            p.queue = QueueName::new(queue)?.to_string();
+            Ok(())
+        })
+    }
+
+    /// Priority 0-9. Defaults to the command's.
+    pub fn priority(self, priority: u8) -> Self {
+        self.map(|p| {
+            p.priority = Priority::new(priority)?;
+            Ok(())
+        })
+    }
+
+    /// The attempt budget (at least 1). Defaults to the command's.
+    pub fn max_attempts(self, max_attempts: u32) -> Self {
+        self.map(|p| {
+            if max_attempts == 0 {
+                return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
+            }
+            p.max_attempts = max_attempts;
+            Ok(())
+        })
+    }
+
+    /// The per-attempt timeout. Defaults to the command's.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.map(|p| {
+            if timeout.is_zero() {
+                return Err(InvalidInput::new("timeout", "must be positive").into());
+            }
+            p.timeout = timeout;
+            Ok(())
+        })
+    }
+
+    /// Run no sooner than `delay` from now (database clock).
+    pub fn run_in(self, delay: Duration) -> Self {
+        self.map(|p| {
+            p.run_at = RunAt::In(delay);
+            Ok(())
+        })
+    }
+
+    /// Run no sooner than `at`.
+    pub fn run_at(self, at: DateTime<Utc>) -> Self {
+        self.map(|p| {
+            p.run_at = RunAt::At(at);
+            Ok(())
+        })
+    }
+}
+
+impl<'a> IntoFuture for Enqueue<'a> {
+    type Output = Result<TaskInserted, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let params = self.params?;
+            Ok(self.client.storage.task_insert(&params).await?)
+        })
+    }
+}

@@ -1,0 +1,164 @@
+//! Worker configuration: every default is a `pub const`, every value is validated at
+//! construction.
+use std::time::Duration;
+
+use tenax_core::QueueName;
+
+/// A configuration the worker cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid worker configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// How a worker claims, leases and maintains tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Queues to claim from. Defaults to `["default"]`.
+    pub queues: Vec<String>,
+    /// Tasks run at once. Defaults to [`WorkerConfig::CONCURRENCY_DEFAULT`] (10).
+    pub concurrency: u32,
+    /// Most tasks claimed in one statement. Defaults to
+    /// [`WorkerConfig::CLAIM_BATCH_DEFAULT`] (10).
+    pub claim_batch: u32,
+    /// Wait between claims when idle (a wake-up may end it sooner). Defaults to
+    /// [`WorkerConfig::POLL_INTERVAL_DEFAULT`] (1 s).
+    pub poll_interval: Duration,
+    /// Lease length granted at each claim and heartbeat. Defaults to
+    /// [`WorkerConfig::LEASE_TTL_DEFAULT`] (30 s).
+    pub lease_ttl: Duration,
+    /// Time between heartbeats. Defaults to [`WorkerConfig::HEARTBEAT_DEFAULT`] (10 s).
+    pub heartbeat_interval: Duration,
+    /// A handler is stopped when its lease has not been renewed by its expiry minus
+    /// this margin (self-fencing), measured on the local monotonic clock. Defaults to
+    /// [`WorkerConfig::FENCE_MARGIN_DEFAULT`] (5 s).
+    pub fence_margin: Duration,
+    /// On stop, how long running tasks may finish before they are cancelled and handed
+    /// back. Defaults to [`WorkerConfig::SHUTDOWN_GRACE_DEFAULT`] (15 s).
+    pub shutdown_grace: Duration,
+    /// Run the reaper (expired leases) in this worker. Defaults to `true`.
+    pub reaper: bool,
+    /// Time between reaper passes. Defaults to [`WorkerConfig::REAPER_INTERVAL_DEFAULT`]
+    /// (5 s).
+    pub reaper_interval: Duration,
+    /// Run the pruner (finished tasks) in this worker. Defaults to `true`.
+    pub pruner: bool,
+    /// Time between pruner passes. Defaults to [`WorkerConfig::PRUNER_INTERVAL_DEFAULT`]
+    /// (1 min).
+    pub pruner_interval: Duration,
+    /// Finished tasks are deleted after this. Defaults to
+    /// [`WorkerConfig::RETENTION_DEFAULT`] (7 days).
+    pub retention: Duration,
+    /// Most tasks deleted per pruner statement. Defaults to
+    /// [`WorkerConfig::PRUNE_BATCH_DEFAULT`] (1000).
+    pub prune_batch: u32,
+}
+
+impl WorkerConfig {
+    /// Default [`WorkerConfig::concurrency`].
+    pub const CONCURRENCY_DEFAULT: u32 = 10;
+    /// Default [`WorkerConfig::claim_batch`].
+    pub const CLAIM_BATCH_DEFAULT: u32 = 10;
+    /// Default [`WorkerConfig::poll_interval`].
+    pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+    /// Default [`WorkerConfig::lease_ttl`].
+    pub const LEASE_TTL_DEFAULT: Duration = Duration::from_secs(30);
+    /// Default [`WorkerConfig::heartbeat_interval`].
+    pub const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(10);
+    /// Default [`WorkerConfig::fence_margin`].
+    pub const FENCE_MARGIN_DEFAULT: Duration = Duration::from_secs(5);
+    /// Default [`WorkerConfig::shutdown_grace`].
+    pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(15);
+    /// Default [`WorkerConfig::reaper_interval`].
+    pub const REAPER_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+    /// Default [`WorkerConfig::pruner_interval`].
+    pub const PRUNER_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+    /// Default [`WorkerConfig::retention`].
+    pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// Default [`WorkerConfig::prune_batch`].
+    pub const PRUNE_BATCH_DEFAULT: u32 = 1000;
+
+    /// Check the configuration; called by [`Worker::new`](crate::Worker::new).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        if self.queues.is_empty() {
+            return err("at least one queue is needed".into());
+        }
+        for queue in &self.queues {
+            QueueName::new(queue.clone()).map_err(|e| ConfigError(e.to_string()))?;
+        }
+        if self.concurrency == 0 || self.claim_batch == 0 || self.prune_batch == 0 {
+            return err("concurrency, claim batch and prune batch must be at least 1".into());
+        }
+        if self.poll_interval.is_zero() || self.reaper_interval.is_zero() || self.pruner_interval.is_zero() {
+            return err("poll, reaper and pruner intervals must be positive".into());
+        }
+        if self.fence_margin >= self.lease_ttl {
+            return err(format!(
+                "fence margin ({:?}) must be shorter than the lease TTL ({:?})",
+                self.fence_margin, self.lease_ttl
+            ));
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease_ttl - self.fence_margin {
+            return err(format!(
+                "heartbeat interval ({:?}) must be positive and shorter than lease TTL minus fence margin ({:?})",
+                self.heartbeat_interval,
+                self.lease_ttl - self.fence_margin
+            ));
+        }
+        Ok(())
+    }
+
+    /// Lease timings scaled down for tests and demos: TTL `ttl`, heartbeat TTL/4,
+    /// fence margin TTL/4, poll 50 ms, reaper TTL/4.
+    pub fn fast(ttl: Duration) -> Self {
+        Self {
+            lease_ttl: ttl,
+            heartbeat_interval: ttl / 4,
+            fence_margin: ttl / 4,
+            poll_interval: Duration::from_millis(50),
+            reaper_interval: ttl / 4,
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            queues: vec![QueueName::DEFAULT.to_owned()],
+            concurrency: Self::CONCURRENCY_DEFAULT,
+            claim_batch: Self::CLAIM_BATCH_DEFAULT,
+            poll_interval: Self::POLL_INTERVAL_DEFAULT,
+            lease_ttl: Self::LEASE_TTL_DEFAULT,
+            heartbeat_interval: Self::HEARTBEAT_DEFAULT,
+            fence_margin: Self::FENCE_MARGIN_DEFAULT,
+            shutdown_grace: Self::SHUTDOWN_GRACE_DEFAULT,
+            reaper: true,
+            reaper_interval: Self::REAPER_INTERVAL_DEFAULT,
+            pruner: true,
+            pruner_interval: Self::PRUNER_INTERVAL_DEFAULT,
+            retention: Self::RETENTION_DEFAULT,
+            prune_batch: Self::PRUNE_BATCH_DEFAULT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_refused() {
+        WorkerConfig::default().validate().unwrap();
+        WorkerConfig::fast(Duration::from_secs(2)).validate().unwrap();
+        let bad = [
+            WorkerConfig { concurrency: 0, ..Default::default() },
+            WorkerConfig { queues: vec![], ..Default::default() },
+            WorkerConfig { queues: vec!["a b".into()], ..Default::default() },
+            WorkerConfig { fence_margin: Duration::from_secs(30), ..Default::default() },
+            WorkerConfig { heartbeat_interval: Duration::from_secs(25), ..Default::default() },
+        ];
+        for config in bad {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
+    }
+}

@@ -1,0 +1,563 @@
+//! The worker: claims due tasks of the types it knows, runs them under a lease, and
+//! writes each outcome with a fenced, conditional write.
+//!
+//! One worker runs these loops on tokio:
+//!
+//! - **claim loop**: when slots are free, claims a batch (most urgent first), spawns one
+//!   executor per task, then waits for the poll interval, a wake-up or a freed slot;
+//! - **executors**: run the handler in its own task (so a panic is caught as a
+//!   retryable failure), under the task's timeout, and stop it when its lease is lost
+//!   or can no longer be proven (self-fencing), or at shutdown after the grace period;
+//! - **heartbeat**: renews every held lease in one statement; a lease missing from the
+//!   answer was lost, and its handler is stopped at once;
+//! - **reaper** and **pruner** (optional): see [`crate::maintenance`].
+//!
+//! Self-fencing: each executor holds a deadline on the local monotonic clock, the
+//! instant its last successful renewal was *sent* plus the lease TTL minus the fence
+//! margin. The database's expiry is at least the renewal's send time plus the TTL, so a
+//! handler that passes its deadline is stopped before any other worker can claim the
+//! task — and its result, if any, is dropped rather than written.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use rand::Rng;
+use tenax_core::{
+    CommandError, CompensationState, DynHandler, ExecutionHook, ExecutionOutcome, Registry,
+    TaskContext, TaskId, TaskKind, TaskRecord,
+};
+use tenax_storage::{
+    FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams,
+    TaskCompleteParams, TaskFailParams,
+};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{sleep, sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, info_span, warn, Instrument};
+
+use crate::config::WorkerConfig;
+use crate::error::Error;
+use crate::maintenance;
+
+/// A running attempt, as the heartbeat sees it.
+struct Held {
+    epoch: i64,
+    /// Self-fencing deadline, moved forward by each successful renewal.
+    deadline: watch::Sender<Instant>,
+    /// Cancelled when the heartbeat learns the lease is lost.
+    lost: CancellationToken,
+}
+
+struct Shared {
+    storage: Arc<dyn Storage>,
+    registry: Registry,
+    config: WorkerConfig,
+    id: String,
+    hooks: Vec<Arc<dyn ExecutionHook>>,
+    held: Mutex<HashMap<TaskId, Held>>,
+    /// Cancelled when running handlers must stop (shutdown grace is over).
+    hard_stop: CancellationToken,
+    slot_freed: Notify,
+}
+
+impl Shared {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Held>> {
+        // A poisoned map is still consistent: entries are inserted and removed whole.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fence_after(&self, sent: Instant) -> Instant {
+        sent + self.config.lease_ttl - self.config.fence_margin
+    }
+}
+
+/// Runs the commands of a [`Registry`]. See the [module docs](self).
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.shared.id)
+            .field("commands", &self.shared.registry)
+            .finish()
+    }
+}
+
+fn worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &suffix[suffix.len() - 6..])
+}
+
+impl Worker {
+    /// A worker for the commands of `registry`, claiming from `storage`.
+    pub fn new(storage: Arc<dyn Storage>, registry: Registry, config: WorkerConfig) -> Result<Self, Error> {
+        config.validate()?;
+        if registry.is_empty() {
+            return Err(crate::ConfigError("the registry has no command".into()).into());
+        }
+        Ok(Self {
+            shared: Arc::new(Shared {
+                storage,
+                registry,
+                config,
+                id: worker_id(),
+                hooks: Vec::new(),
+                held: Mutex::new(HashMap::new()),
+                hard_stop: CancellationToken::new(),
+                slot_freed: Notify::new(),
+            }),
+        })
+    }
+
+    /// Call `hook` before and after every execution (for example the test ledger).
+    pub fn with_hook(mut self, hook: Arc<dyn ExecutionHook>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.hooks.push(hook);
+        }
+        self
+    }
+
+    /// This worker's id, recorded as lease owner: `host:pid:suffix`.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Run until `shutdown` is cancelled, then stop claiming, let running tasks finish
+    /// for up to the shutdown grace, cancel the rest and hand them back (retry now).
+    /// Returns when every executor has finished.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let shared = self.shared;
+        info!(worker = %shared.id, commands = ?shared.registry, queues = ?shared.config.queues, "worker started");
+        let background = CancellationToken::new();
+        let mut services = JoinSet::new();
+        services.spawn(heartbeat_loop(shared.clone(), background.clone()));
+        if shared.config.reaper {
+            services.spawn(maintenance::reaper_loop(
+                shared.storage.clone(),
+                shared.config.reaper_interval,
+                background.clone(),
+            ));
+        }
+        if shared.config.pruner {
+            services.spawn(maintenance::pruner_loop(
+                shared.storage.clone(),
+                shared.config.clone(),
+                background.clone(),
+            ));
+        }
+
+        let mut executors = JoinSet::new();
+        claim_loop(&shared, &shutdown, &mut executors).await;
+
+        info!(worker = %shared.id, running = executors.len(), "worker stopping: no more claims");
+        let drained = tokio::time::timeout(shared.config.shutdown_grace, drain(&mut executors)).await;
+        if drained.is_err() {
+            warn!(worker = %shared.id, running = executors.len(), "shutdown grace over: cancelling running tasks");
+            shared.hard_stop.cancel();
+            drain(&mut executors).await;
+        }
+        background.cancel();
+        while services.join_next().await.is_some() {}
+        info!(worker = %shared.id, "worker stopped");
+        Ok(())
+    }
+}
+
+async fn drain(executors: &mut JoinSet<()>) {
+    while let Some(joined) = executors.join_next().await {
+        if let Err(e) = joined {
+            error!("executor failed: {e}");
+        }
+    }
+}
+
+async fn claim_loop(shared: &Arc<Shared>, shutdown: &CancellationToken, executors: &mut JoinSet<()>) {
+    let slots = Arc::new(Semaphore::new(shared.config.concurrency as usize));
+    let mut wakeups = shared.storage.wakeups();
+    let command_types = shared.registry.command_types();
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        // Reap finished executors so the set does not grow.
+        while let Some(joined) = executors.try_join_next() {
+            if let Err(e) = joined {
+                error!("executor failed: {e}");
+            }
+        }
+        let free = slots.available_permits() as u32;
+        let mut full_batch = false;
+        if free > 0 {
+            let limit = free.min(shared.config.claim_batch);
+            let sent = Instant::now();
+            let claimed = shared
+                .storage
+                .task_claim_batch(&TaskClaimParams {
+                    worker: shared.id.clone(),
+                    queues: shared.config.queues.clone(),
+                    command_types: command_types.clone(),
+                    limit,
+                    lease_ttl: shared.config.lease_ttl,
+                    now: None,
+                })
+                .await;
+            match claimed {
+                Ok(tasks) => {
+                    failures = 0;
+                    full_batch = tasks.len() as u32 == limit;
+                    for task in tasks {
+                        let Ok(permit) = slots.clone().try_acquire_owned() else {
+                            // Cannot happen: we claimed no more than the free slots.
+                            error!(task.id = %task.id, "no free slot for a claimed task; its lease will expire");
+                            continue;
+                        };
+                        let deadline = shared.fence_after(sent);
+                        let shared = shared.clone();
+                        executors.spawn(async move {
+                            execute(&shared, task, deadline).await;
+                            drop(permit);
+                            shared.slot_freed.notify_one();
+                        });
+                    }
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    warn!(worker = %shared.id, error = %e, "claim failed");
+                }
+            }
+        }
+        if full_batch {
+            continue; // more may be due right now
+        }
+        let wait = if failures > 0 {
+            // Back off from a failing database, with jitter so workers do not return together.
+            let ceiling = shared.config.poll_interval.saturating_mul(1 << failures.min(5));
+            rand::rng().random_range(shared.config.poll_interval..=ceiling)
+        } else {
+            shared.config.poll_interval
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = sleep(wait) => {}
+            _ = wakeups.changed(), if failures == 0 => {}
+            _ = shared.slot_freed.notified(), if free == 0 => {}
+        }
+    }
+}
+
+/// How an attempt ended, before its outcome is written.
+enum Ended {
+    Returned(Result<Option<String>, CommandError>),
+    Panicked(String),
+    TimedOut(Duration),
+    /// Lease lost or unprovable: nothing may be written.
+    Fenced(&'static str),
+    /// Shutdown grace over.
+    Stopped,
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+/// Resolves when the deadline in `rx` has passed without being moved forward.
+async fn fence_deadline(mut rx: watch::Receiver<Instant>) {
+    loop {
+        let deadline = *rx.borrow_and_update();
+        tokio::select! {
+            _ = sleep_until(deadline) => {
+                if *rx.borrow() <= Instant::now() {
+                    return;
+                }
+            }
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    // Sender gone: keep the last deadline.
+                    let last = *rx.borrow();
+                    sleep_until(last).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn idempotency_key(task: &TaskRecord) -> String {
+    match task.kind {
+        TaskKind::Execute => task.task_no.to_string(),
+        // "{parent}:compensate:{epoch}" -> "{parent}:compensate": one key per compensated task.
+        TaskKind::Compensate => match task.task_no.as_str().rsplit_once(':') {
+            Some((prefix, _)) => prefix.to_owned(),
+            None => task.task_no.to_string(),
+        },
+    }
+}
+
+async fn execute(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) {
+    let span = info_span!("task", task.id = %task.id, task.no = %task.task_no, command.r#type = %task.command_type,
+                          task.kind = task.kind.as_str(), attempt = task.attempt, epoch = task.lease_epoch);
+    run_attempt(shared, task, deadline).instrument(span).await;
+}
+
+async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) {
+    let lease = Lease {
+        id: task.id,
+        epoch: task.lease_epoch,
+    };
+    let (deadline_tx, deadline_rx) = watch::channel(deadline);
+    let lost = CancellationToken::new();
+    shared.held().insert(
+        task.id,
+        Held {
+            epoch: task.lease_epoch,
+            deadline: deadline_tx,
+            lost: lost.clone(),
+        },
+    );
+    let cancellation = CancellationToken::new();
+    let ctx = TaskContext::new(
+        task.id,
+        task.task_no.clone(),
+        task.kind,
+        task.attempt,
+        task.max_attempts,
+        task.lease_epoch,
+        idempotency_key(&task),
+        match task.kind {
+            TaskKind::Compensate => task.last_error.clone(),
+            TaskKind::Execute => None,
+        },
+        cancellation.clone(),
+    );
+    let Some(handler) = shared.registry.get(&task.command_type) else {
+        // Cannot happen: only registered types are claimed.
+        write_outcome(shared, &task, lease, Ended::Returned(Err(CommandError::permanent("no handler registered")))).await;
+        shared.held().remove(&task.id);
+        return;
+    };
+    for hook in &shared.hooks {
+        hook.before(&ctx).await;
+    }
+    debug!("attempt started");
+    let ended = supervise(shared, &task, handler.clone(), &ctx, deadline_rx, &lost, &cancellation).await;
+    let observed = match &ended {
+        Ended::Returned(Ok(_)) => ExecutionOutcome::Succeeded,
+        Ended::Fenced(_) => ExecutionOutcome::Fenced,
+        _ => ExecutionOutcome::Failed,
+    };
+    for hook in &shared.hooks {
+        hook.after(&ctx, observed).await;
+    }
+    write_outcome_with(shared, &task, lease, ended, &handler).await;
+    shared.held().remove(&task.id);
+}
+
+/// Run the handler until it returns, panics, times out, loses its lease or is stopped.
+/// The handler task is aborted and awaited before this returns, so nothing of it runs
+/// after its outcome is decided.
+async fn supervise(
+    shared: &Arc<Shared>,
+    task: &TaskRecord,
+    handler: Arc<dyn DynHandler>,
+    ctx: &TaskContext,
+    deadline: watch::Receiver<Instant>,
+    lost: &CancellationToken,
+    cancellation: &CancellationToken,
+) -> Ended {
+    let payload = task.payload.clone();
+    let future = match task.kind {
+        TaskKind::Execute => handler.execute(payload, ctx.clone()).map(|r| r.map(Some)).boxed(),
+        TaskKind::Compensate => handler.compensate(payload, ctx.clone()).map(|r| r.map(|()| None)).boxed(),
+    };
+    let mut handle = tokio::spawn(future);
+    let timeout = Duration::from_millis(task.timeout_ms.max(1));
+    let ended = tokio::select! {
+        joined = &mut handle => {
+            return match joined {
+                Ok(result) => Ended::Returned(result),
+                Err(e) if e.is_panic() => Ended::Panicked(panic_message(&*e.into_panic())),
+                Err(e) => Ended::Panicked(format!("handler task failed: {e}")),
+            };
+        }
+        _ = sleep(timeout) => Ended::TimedOut(timeout),
+        _ = fence_deadline(deadline) => Ended::Fenced("lease could not be renewed in time (self-fenced)"),
+        _ = lost.cancelled() => Ended::Fenced("lease lost"),
+        _ = shared.hard_stop.cancelled() => Ended::Stopped,
+    };
+    cancellation.cancel();
+    handle.abort();
+    let _ = handle.await;
+    ended
+}
+
+async fn write_outcome_with(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, ended: Ended, handler: &Arc<dyn DynHandler>) {
+    let ended = match ended {
+        Ended::Returned(Err(e)) if e.is_retryable() && task.attempt < task.max_attempts => {
+            let delay = match &e {
+                CommandError::RetryAfter { after, .. } => handler.retry_policy().clamp_retry_after(*after),
+                _ => handler.retry_policy().delay(task.attempt, &mut rand::rng()),
+            };
+            return write_fail(shared, lease, e.to_string(), FailNext::Retry(delay)).await;
+        }
+        other => other,
+    };
+    let delay_for = |attempt| handler.retry_policy().delay(attempt, &mut rand::rng());
+    match ended {
+        Ended::Panicked(message) if task.attempt < task.max_attempts => {
+            write_fail(shared, lease, format!("handler panicked: {message}"), FailNext::Retry(delay_for(task.attempt))).await;
+        }
+        Ended::TimedOut(after) if task.attempt < task.max_attempts => {
+            write_fail(shared, lease, format!("timed out after {after:?}"), FailNext::Retry(delay_for(task.attempt))).await;
+        }
+        other => write_outcome(shared, task, lease, other).await,
+    }
+}
+
+/// Write an outcome that needs no retry policy.
+async fn write_outcome(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, ended: Ended) {
+    match ended {
+        Ended::Returned(Ok(result)) => {
+            write_complete(shared, lease, result, CompensationState::Succeeded).await;
+        }
+        Ended::Returned(Err(CommandError::NoCompensation)) if task.kind == TaskKind::Compensate => {
+            write_complete(shared, lease, None, CompensationState::None).await;
+        }
+        Ended::Returned(Err(e)) => {
+            let reason = if e.is_retryable() {
+                format!("{e} (attempt {} of {}: no attempts left)", task.attempt, task.max_attempts)
+            } else {
+                e.to_string()
+            };
+            write_fail(shared, lease, reason, FailNext::Dead).await;
+        }
+        Ended::Panicked(message) => {
+            write_fail(shared, lease, format!("handler panicked: {message} (no attempts left)"), FailNext::Dead).await;
+        }
+        Ended::TimedOut(after) => {
+            write_fail(shared, lease, format!("timed out after {after:?} (no attempts left)"), FailNext::Dead).await;
+        }
+        Ended::Stopped => {
+            write_fail(shared, lease, "worker shut down before the attempt finished".into(), FailNext::Retry(Duration::ZERO)).await;
+        }
+        Ended::Fenced(why) => {
+            warn!(reason = why, "handler stopped; its outcome is dropped, the task will be retried after the lease expires");
+        }
+    }
+}
+
+async fn write_complete(shared: &Arc<Shared>, lease: Lease, result: Option<String>, compensation: CompensationState) {
+    let params = TaskCompleteParams {
+        lease,
+        result,
+        compensation,
+        now: None,
+    };
+    let written = with_retries(shared, lease, || shared.storage.task_complete_if_leased(&params)).await;
+    report_write(written, "succeeded");
+}
+
+async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: FailNext) {
+    let params = TaskFailParams {
+        lease,
+        error,
+        next,
+        now: None,
+    };
+    let written = with_retries(shared, lease, || shared.storage.task_fail_if_leased(&params)).await;
+    let what = match next {
+        FailNext::Retry(_) => "failed, will retry",
+        FailNext::Dead => "failed, dead",
+    };
+    report_write(written, what);
+}
+
+fn report_write(written: Option<bool>, what: &str) {
+    match written {
+        Some(true) => debug!(outcome = what, "attempt recorded"),
+        Some(false) => warn!(outcome = what, "lease lost before the outcome was written; outcome dropped"),
+        None => warn!(outcome = what, "could not write the outcome; the lease will expire and the task be retried"),
+    }
+}
+
+/// Retry a fenced write on transient storage errors while the lease can still be held.
+/// A failure of Tenax's own write is never recorded as a failure of the handler.
+async fn with_retries<'a, F, Fut>(shared: &'a Arc<Shared>, lease: Lease, mut write: F) -> Option<bool>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, StorageError>> + 'a,
+{
+    let give_up = Instant::now() + shared.config.lease_ttl;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match write().await {
+            Ok(written) => return Some(written),
+            Err(e) if Instant::now() + pause < give_up => {
+                warn!(task.id = %lease.id, error = %e, "writing the outcome failed; retrying");
+                let jittered = rand::rng().random_range(pause / 2..=pause);
+                sleep(jittered).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                error!(task.id = %lease.id, error = %e, "writing the outcome failed; giving up");
+                return None;
+            }
+        }
+    }
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = sleep(shared.config.heartbeat_interval) => {}
+        }
+        let leases: Vec<Lease> = shared
+            .held()
+            .iter()
+            .map(|(id, held)| Lease { id: *id, epoch: held.epoch })
+            .collect();
+        if leases.is_empty() {
+            continue;
+        }
+        let sent = Instant::now();
+        let renewed = shared
+            .storage
+            .lease_extend(&LeaseExtendParams {
+                leases: leases.clone(),
+                lease_ttl: shared.config.lease_ttl,
+                now: None,
+            })
+            .await;
+        match renewed {
+            Ok(ids) => {
+                let deadline = shared.fence_after(sent);
+                let held = shared.held();
+                for lease in leases {
+                    let Some(entry) = held.get(&lease.id).filter(|h| h.epoch == lease.epoch) else {
+                        continue; // finished meanwhile
+                    };
+                    if ids.contains(&lease.id) {
+                        entry.deadline.send_replace(deadline);
+                    } else {
+                        warn!(task.id = %lease.id, epoch = lease.epoch, "lease lost; stopping the handler");
+                        entry.lost.cancel();
+                    }
+                }
+            }
+            // Deadlines stay where they are: if renewals keep failing, the executors
+            // fence themselves before the leases expire.
+            Err(e) => warn!(worker = %shared.id, error = %e, "heartbeat failed"),
+        }
+    }
+}
