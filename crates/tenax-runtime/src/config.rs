@@ -88,7 +88,10 @@ impl WorkerConfig {
         if self.concurrency == 0 || self.claim_batch == 0 || self.prune_batch == 0 {
             return err("concurrency, claim batch and prune batch must be at least 1".into());
         }
-        if self.poll_interval.is_zero() || self.reaper_interval.is_zero() || self.pruner_interval.is_zero() {
+        if self.poll_interval.is_zero()
+            || self.reaper_interval.is_zero()
+            || self.pruner_interval.is_zero()
+        {
             return err("poll, reaper and pruner intervals must be positive".into());
         }
         if self.fence_margin >= self.lease_ttl {
@@ -97,7 +100,9 @@ impl WorkerConfig {
                 self.fence_margin, self.lease_ttl
             ));
         }
-        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease_ttl - self.fence_margin {
+        if self.heartbeat_interval.is_zero()
+            || self.heartbeat_interval >= self.lease_ttl - self.fence_margin
+        {
             return err(format!(
                 "heartbeat interval ({:?}) must be positive and shorter than lease TTL minus fence margin ({:?})",
                 self.heartbeat_interval,
@@ -149,13 +154,30 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_bad_values_are_refused() {
         WorkerConfig::default().validate().unwrap();
-        WorkerConfig::fast(Duration::from_secs(2)).validate().unwrap();
+        WorkerConfig::fast(Duration::from_secs(2))
+            .validate()
+            .unwrap();
         let bad = [
-            WorkerConfig { concurrency: 0, ..Default::default() },
-            WorkerConfig { queues: vec![], ..Default::default() },
-            WorkerConfig { queues: vec!["a b".into()], ..Default::default() },
-            WorkerConfig { fence_margin: Duration::from_secs(30), ..Default::default() },
-            WorkerConfig { heartbeat_interval: Duration::from_secs(25), ..Default::default() },
+            WorkerConfig {
+                concurrency: 0,
+                ..Default::default()
+            },
+            WorkerConfig {
+                queues: vec![],
+                ..Default::default()
+            },
+            WorkerConfig {
+                queues: vec!["a b".into()],
+                ..Default::default()
+            },
+            WorkerConfig {
+                fence_margin: Duration::from_secs(30),
+                ..Default::default()
+            },
+            WorkerConfig {
+                heartbeat_interval: Duration::from_secs(25),
+                ..Default::default()
+            },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");

@@ -26,7 +26,11 @@ async fn jittered(interval: Duration, stop: &CancellationToken) -> bool {
 }
 
 /// Return tasks whose lease expired to `retrying` (or `dead` when out of attempts).
-pub(crate) async fn reaper_loop(storage: Arc<dyn Storage>, interval: Duration, stop: CancellationToken) {
+pub(crate) async fn reaper_loop(
+    storage: Arc<dyn Storage>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     while jittered(interval, &stop).await {
         match storage
             .task_reap_expired(&TaskReapParams {
@@ -47,7 +51,11 @@ pub(crate) async fn reaper_loop(storage: Arc<dyn Storage>, interval: Duration, s
 }
 
 /// Delete finished tasks older than the retention, in bounded batches.
-pub(crate) async fn pruner_loop(storage: Arc<dyn Storage>, config: WorkerConfig, stop: CancellationToken) {
+pub(crate) async fn pruner_loop(
+    storage: Arc<dyn Storage>,
+    config: WorkerConfig,
+    stop: CancellationToken,
+) {
     while jittered(config.pruner_interval, &stop).await {
         loop {
             let pruned = storage

@@ -28,8 +28,8 @@ use tenax_core::{
     TaskContext, TaskId, TaskKind, TaskRecord,
 };
 use tenax_storage::{
-    FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams,
-    TaskCompleteParams, TaskFailParams,
+    FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams, TaskCompleteParams,
+    TaskFailParams,
 };
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
@@ -94,12 +94,20 @@ fn worker_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".to_owned());
     let suffix = uuid::Uuid::now_v7().simple().to_string();
-    format!("{host}:{}:{}", std::process::id(), &suffix[suffix.len() - 6..])
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        &suffix[suffix.len() - 6..]
+    )
 }
 
 impl Worker {
     /// A worker for the commands of `registry`, claiming from `storage`.
-    pub fn new(storage: Arc<dyn Storage>, registry: Registry, config: WorkerConfig) -> Result<Self, Error> {
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        registry: Registry,
+        config: WorkerConfig,
+    ) -> Result<Self, Error> {
         config.validate()?;
         if registry.is_empty() {
             return Err(crate::ConfigError("the registry has no command".into()).into());
@@ -159,7 +167,8 @@ impl Worker {
         claim_loop(&shared, &shutdown, &mut executors).await;
 
         info!(worker = %shared.id, running = executors.len(), "worker stopping: no more claims");
-        let drained = tokio::time::timeout(shared.config.shutdown_grace, drain(&mut executors)).await;
+        let drained =
+            tokio::time::timeout(shared.config.shutdown_grace, drain(&mut executors)).await;
         if drained.is_err() {
             warn!(worker = %shared.id, running = executors.len(), "shutdown grace over: cancelling running tasks");
             shared.hard_stop.cancel();
@@ -180,7 +189,11 @@ async fn drain(executors: &mut JoinSet<()>) {
     }
 }
 
-async fn claim_loop(shared: &Arc<Shared>, shutdown: &CancellationToken, executors: &mut JoinSet<()>) {
+async fn claim_loop(
+    shared: &Arc<Shared>,
+    shutdown: &CancellationToken,
+    executors: &mut JoinSet<()>,
+) {
     let slots = Arc::new(Semaphore::new(shared.config.concurrency as usize));
     let mut wakeups = shared.storage.wakeups();
     let command_types = shared.registry.command_types();
@@ -238,7 +251,10 @@ async fn claim_loop(shared: &Arc<Shared>, shutdown: &CancellationToken, executor
         }
         let wait = if failures > 0 {
             // Back off from a failing database, with jitter so workers do not return together.
-            let ceiling = shared.config.poll_interval.saturating_mul(1 << failures.min(5));
+            let ceiling = shared
+                .config
+                .poll_interval
+                .saturating_mul(1 << failures.min(5));
             rand::rng().random_range(shared.config.poll_interval..=ceiling)
         } else {
             shared.config.poll_interval
@@ -342,7 +358,13 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     );
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
-        write_outcome(shared, &task, lease, Ended::Returned(Err(CommandError::permanent("no handler registered")))).await;
+        write_outcome(
+            shared,
+            &task,
+            lease,
+            Ended::Returned(Err(CommandError::permanent("no handler registered"))),
+        )
+        .await;
         shared.held().remove(&task.id);
         return;
     };
@@ -350,7 +372,16 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         hook.before(&ctx).await;
     }
     debug!("attempt started");
-    let ended = supervise(shared, &task, handler.clone(), &ctx, deadline_rx, &lost, &cancellation).await;
+    let ended = supervise(
+        shared,
+        &task,
+        handler.clone(),
+        &ctx,
+        deadline_rx,
+        &lost,
+        &cancellation,
+    )
+    .await;
     let observed = match &ended {
         Ended::Returned(Ok(_)) => ExecutionOutcome::Succeeded,
         Ended::Fenced(_) => ExecutionOutcome::Fenced,
@@ -377,8 +408,14 @@ async fn supervise(
 ) -> Ended {
     let payload = task.payload.clone();
     let future = match task.kind {
-        TaskKind::Execute => handler.execute(payload, ctx.clone()).map(|r| r.map(Some)).boxed(),
-        TaskKind::Compensate => handler.compensate(payload, ctx.clone()).map(|r| r.map(|()| None)).boxed(),
+        TaskKind::Execute => handler
+            .execute(payload, ctx.clone())
+            .map(|r| r.map(Some))
+            .boxed(),
+        TaskKind::Compensate => handler
+            .compensate(payload, ctx.clone())
+            .map(|r| r.map(|()| None))
+            .boxed(),
     };
     let mut handle = tokio::spawn(future);
     let timeout = Duration::from_millis(task.timeout_ms.max(1));
@@ -395,17 +432,31 @@ async fn supervise(
         _ = lost.cancelled() => Ended::Fenced("lease lost"),
         _ = shared.hard_stop.cancelled() => Ended::Stopped,
     };
+    // Ask the handler to stop, give it a moment to return on its own (half the fence
+    // margin, at most 1 s, so a fenced handler still stops before its lease can
+    // expire), then abort it. Whatever it returns now is ignored.
     cancellation.cancel();
-    handle.abort();
-    let _ = handle.await;
+    let window = (shared.config.fence_margin / 2).min(Duration::from_secs(1));
+    if tokio::time::timeout(window, &mut handle).await.is_err() {
+        handle.abort();
+        let _ = handle.await;
+    }
     ended
 }
 
-async fn write_outcome_with(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, ended: Ended, handler: &Arc<dyn DynHandler>) {
+async fn write_outcome_with(
+    shared: &Arc<Shared>,
+    task: &TaskRecord,
+    lease: Lease,
+    ended: Ended,
+    handler: &Arc<dyn DynHandler>,
+) {
     let ended = match ended {
         Ended::Returned(Err(e)) if e.is_retryable() && task.attempt < task.max_attempts => {
             let delay = match &e {
-                CommandError::RetryAfter { after, .. } => handler.retry_policy().clamp_retry_after(*after),
+                CommandError::RetryAfter { after, .. } => {
+                    handler.retry_policy().clamp_retry_after(*after)
+                }
                 _ => handler.retry_policy().delay(task.attempt, &mut rand::rng()),
             };
             return write_fail(shared, lease, e.to_string(), FailNext::Retry(delay)).await;
@@ -415,10 +466,22 @@ async fn write_outcome_with(shared: &Arc<Shared>, task: &TaskRecord, lease: Leas
     let delay_for = |attempt| handler.retry_policy().delay(attempt, &mut rand::rng());
     match ended {
         Ended::Panicked(message) if task.attempt < task.max_attempts => {
-            write_fail(shared, lease, format!("handler panicked: {message}"), FailNext::Retry(delay_for(task.attempt))).await;
+            write_fail(
+                shared,
+                lease,
+                format!("handler panicked: {message}"),
+                FailNext::Retry(delay_for(task.attempt)),
+            )
+            .await;
         }
         Ended::TimedOut(after) if task.attempt < task.max_attempts => {
-            write_fail(shared, lease, format!("timed out after {after:?}"), FailNext::Retry(delay_for(task.attempt))).await;
+            write_fail(
+                shared,
+                lease,
+                format!("timed out after {after:?}"),
+                FailNext::Retry(delay_for(task.attempt)),
+            )
+            .await;
         }
         other => write_outcome(shared, task, lease, other).await,
     }
@@ -435,20 +498,41 @@ async fn write_outcome(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, en
         }
         Ended::Returned(Err(e)) => {
             let reason = if e.is_retryable() {
-                format!("{e} (attempt {} of {}: no attempts left)", task.attempt, task.max_attempts)
+                format!(
+                    "{e} (attempt {} of {}: no attempts left)",
+                    task.attempt, task.max_attempts
+                )
             } else {
                 e.to_string()
             };
             write_fail(shared, lease, reason, FailNext::Dead).await;
         }
         Ended::Panicked(message) => {
-            write_fail(shared, lease, format!("handler panicked: {message} (no attempts left)"), FailNext::Dead).await;
+            write_fail(
+                shared,
+                lease,
+                format!("handler panicked: {message} (no attempts left)"),
+                FailNext::Dead,
+            )
+            .await;
         }
         Ended::TimedOut(after) => {
-            write_fail(shared, lease, format!("timed out after {after:?} (no attempts left)"), FailNext::Dead).await;
+            write_fail(
+                shared,
+                lease,
+                format!("timed out after {after:?} (no attempts left)"),
+                FailNext::Dead,
+            )
+            .await;
         }
         Ended::Stopped => {
-            write_fail(shared, lease, "worker shut down before the attempt finished".into(), FailNext::Retry(Duration::ZERO)).await;
+            write_fail(
+                shared,
+                lease,
+                "worker shut down before the attempt finished".into(),
+                FailNext::Retry(Duration::ZERO),
+            )
+            .await;
         }
         Ended::Fenced(why) => {
             warn!(reason = why, "handler stopped; its outcome is dropped, the task will be retried after the lease expires");
@@ -456,14 +540,22 @@ async fn write_outcome(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, en
     }
 }
 
-async fn write_complete(shared: &Arc<Shared>, lease: Lease, result: Option<String>, compensation: CompensationState) {
+async fn write_complete(
+    shared: &Arc<Shared>,
+    lease: Lease,
+    result: Option<String>,
+    compensation: CompensationState,
+) {
     let params = TaskCompleteParams {
         lease,
         result,
         compensation,
         now: None,
     };
-    let written = with_retries(shared, lease, || shared.storage.task_complete_if_leased(&params)).await;
+    let written = with_retries(shared, lease, || {
+        shared.storage.task_complete_if_leased(&params)
+    })
+    .await;
     report_write(written, "succeeded");
 }
 
@@ -474,7 +566,10 @@ async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: Fai
         next,
         now: None,
     };
-    let written = with_retries(shared, lease, || shared.storage.task_fail_if_leased(&params)).await;
+    let written = with_retries(shared, lease, || {
+        shared.storage.task_fail_if_leased(&params)
+    })
+    .await;
     let what = match next {
         FailNext::Retry(_) => "failed, will retry",
         FailNext::Dead => "failed, dead",
@@ -485,14 +580,24 @@ async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: Fai
 fn report_write(written: Option<bool>, what: &str) {
     match written {
         Some(true) => debug!(outcome = what, "attempt recorded"),
-        Some(false) => warn!(outcome = what, "lease lost before the outcome was written; outcome dropped"),
-        None => warn!(outcome = what, "could not write the outcome; the lease will expire and the task be retried"),
+        Some(false) => warn!(
+            outcome = what,
+            "lease lost before the outcome was written; outcome dropped"
+        ),
+        None => warn!(
+            outcome = what,
+            "could not write the outcome; the lease will expire and the task be retried"
+        ),
     }
 }
 
 /// Retry a fenced write on transient storage errors while the lease can still be held.
 /// A failure of Tenax's own write is never recorded as a failure of the handler.
-async fn with_retries<'a, F, Fut>(shared: &'a Arc<Shared>, lease: Lease, mut write: F) -> Option<bool>
+async fn with_retries<'a, F, Fut>(
+    shared: &'a Arc<Shared>,
+    lease: Lease,
+    mut write: F,
+) -> Option<bool>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool, StorageError>> + 'a,
@@ -525,7 +630,10 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
         let leases: Vec<Lease> = shared
             .held()
             .iter()
-            .map(|(id, held)| Lease { id: *id, epoch: held.epoch })
+            .map(|(id, held)| Lease {
+                id: *id,
+                epoch: held.epoch,
+            })
             .collect();
         if leases.is_empty() {
             continue;

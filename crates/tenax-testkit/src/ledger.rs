@@ -124,7 +124,11 @@ impl Ledger {
     }
 
     /// Record the end of the open execution of `task` under its epoch in this process.
-    pub async fn record_end(&self, task: &TaskContext, outcome: ExecutionOutcome) -> Result<(), LedgerError> {
+    pub async fn record_end(
+        &self,
+        task: &TaskContext,
+        outcome: ExecutionOutcome,
+    ) -> Result<(), LedgerError> {
         sqlx::query(
             "UPDATE exec SET end_us = ?, outcome = ?
              WHERE task_no = ? AND epoch = ? AND pid = ? AND end_us IS NULL",
@@ -204,7 +208,10 @@ impl Ledger {
                 }
             }
         }
-        report.open = executions.into_iter().filter(|e| e.end_us.is_none()).collect();
+        report.open = executions
+            .into_iter()
+            .filter(|e| e.end_us.is_none())
+            .collect();
         Ok(report)
     }
 }
@@ -253,9 +260,15 @@ mod tests {
         let ledger = Ledger::open(&dir.path().join("ledger.db")).await.unwrap();
         // Sequential executions of one task: clean.
         ledger.record_start(&ctx("A", 1)).await.unwrap();
-        ledger.record_end(&ctx("A", 1), ExecutionOutcome::Failed).await.unwrap();
+        ledger
+            .record_end(&ctx("A", 1), ExecutionOutcome::Failed)
+            .await
+            .unwrap();
         ledger.record_start(&ctx("A", 2)).await.unwrap();
-        ledger.record_end(&ctx("A", 2), ExecutionOutcome::Succeeded).await.unwrap();
+        ledger
+            .record_end(&ctx("A", 2), ExecutionOutcome::Succeeded)
+            .await
+            .unwrap();
         assert!(ledger.check().await.unwrap().is_clean());
         // A second start while the first is open: both checks see it.
         ledger.record_start(&ctx("B", 1)).await.unwrap();

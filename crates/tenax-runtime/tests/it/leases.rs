@@ -1,0 +1,206 @@
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tenax_core::{AttemptOutcome, TaskStatus};
+use tenax_runtime::WorkerConfig;
+use tenax_storage::testing::{FaultyStorage, StorageMethod};
+use tenax_storage::{TaskClaimParams, TaskReapParams, TaskRef};
+
+use crate::support::{fast, wait_for, Env, Step};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_reaped_and_the_task_runs_again() {
+    let env = Env::new().await;
+    let task = env.enqueue(vec![Step::Ok], 5).await;
+    // A worker claims the task and dies without a trace: only its lease remains.
+    let claimed = env
+        .storage()
+        .task_claim_batch(&TaskClaimParams {
+            worker: "crashed-worker".into(),
+            queues: vec!["default".into()],
+            command_types: vec!["SCRIPTED".into()],
+            limit: 1,
+            lease_ttl: Duration::from_millis(300),
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let worker = env.start(
+        env.storage(),
+        env.registry(),
+        WorkerConfig::fast(Duration::from_secs(1)),
+    );
+    let done = env
+        .wait_task(&task, "success after reaping", |t| {
+            t.status == TaskStatus::Succeeded
+        })
+        .await;
+    assert_eq!(done.attempt, 2, "the crashed attempt counts");
+    let history = env.client.attempts(task.id).await.unwrap();
+    assert_eq!(history[0].outcome, AttemptOutcome::LeaseExpired);
+    assert_eq!(history[0].worker, "crashed-worker");
+    assert_eq!(history[1].outcome, AttemptOutcome::Succeeded);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_fencing_stops_a_handler_whose_lease_cannot_be_renewed() {
+    let env = Env::new().await;
+    let faulty = FaultyStorage::new(env.storage());
+    faulty.fail(StorageMethod::LeaseExtend, true);
+    let config = WorkerConfig {
+        reaper: false,
+        ..WorkerConfig::fast(Duration::from_secs(1))
+    };
+    let started = tokio::time::Instant::now();
+    let worker = env.start(faulty.clone(), env.registry(), config);
+    let task = env.enqueue(vec![Step::WaitForCancel], 5).await;
+    let seen = env.seen.clone();
+    wait_for("the handler is cancelled", || {
+        let seen = seen.clone();
+        async move { (seen.cancelled.load(Ordering::SeqCst) == 1).then_some(()) }
+    })
+    .await;
+    // Fenced at TTL − margin = 750 ms after the claim, before the lease can expire.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let executions = wait_for("the ledger records a fenced end", || {
+        let ledger = env.ledger.clone();
+        async move {
+            let all = ledger.executions().await.unwrap();
+            all.iter()
+                .any(|e| e.outcome.as_deref() == Some("fenced"))
+                .then_some(all)
+        }
+    })
+    .await;
+    assert_eq!(executions.len(), 1);
+    // Nothing was written for the fenced attempt: the task is still running under the
+    // lost lease until the reaper (switched off here) returns it.
+    let current = env.get(&task).await;
+    assert_eq!(current.status, TaskStatus::Running);
+    assert_eq!(current.attempt, 1);
+    assert_eq!(
+        env.client.attempts(task.id).await.unwrap()[0].outcome,
+        AttemptOutcome::Running
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_the_handler_and_its_outcome_is_dropped() {
+    let env = Env::new().await;
+    let worker = env.start(
+        env.storage(),
+        env.registry(),
+        WorkerConfig {
+            reaper: false,
+            ..fast()
+        },
+    );
+    let task = env.enqueue(vec![Step::WaitForCancel], 5).await;
+    env.wait_task(&task, "running", |t| t.status == TaskStatus::Running)
+        .await;
+    // Another node's reaper judged the lease expired (its clock ran ahead) and another
+    // worker claimed the task under the next epoch.
+    let storage = env.storage();
+    let far = storage.now().await.unwrap() + chrono::Duration::hours(1);
+    storage
+        .task_reap_expired(&TaskReapParams {
+            limit: 10,
+            now: Some(far),
+        })
+        .await
+        .unwrap();
+    let intruder = storage
+        .task_claim_batch(&TaskClaimParams {
+            worker: "intruder".into(),
+            queues: vec!["default".into()],
+            command_types: vec!["SCRIPTED".into()],
+            limit: 1,
+            lease_ttl: Duration::from_secs(3600),
+            now: Some(far),
+        })
+        .await
+        .unwrap();
+    assert_eq!(intruder.len(), 1);
+    let seen = env.seen.clone();
+    wait_for("the heartbeat stops the handler", || {
+        let seen = seen.clone();
+        async move { (seen.cancelled.load(Ordering::SeqCst) == 1).then_some(()) }
+    })
+    .await;
+    worker.shutdown().await;
+    let current = env
+        .client
+        .get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(current.status, TaskStatus::Running);
+    assert_eq!(current.lease_owner.as_deref(), Some("intruder"));
+    assert_eq!(current.lease_epoch, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_stop_lets_running_tasks_finish() {
+    let env = Env::new().await;
+    let worker = env.start(env.storage(), env.registry(), fast());
+    let task = env.enqueue(vec![Step::SleepMs(500)], 5).await;
+    env.wait_task(&task, "running", |t| t.status == TaskStatus::Running)
+        .await;
+    worker.shutdown().await;
+    // run() returned only after the running task finished and was recorded.
+    assert_eq!(env.get(&task).await.status, TaskStatus::Succeeded);
+    // A stopped worker claims nothing more.
+    let later = env.enqueue(vec![Step::Ok], 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(env.get(&later).await.status, TaskStatus::Pending);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_grace_period_running_tasks_are_handed_back() {
+    let env = Env::new().await;
+    let config = WorkerConfig {
+        shutdown_grace: Duration::from_millis(200),
+        ..fast()
+    };
+    let worker = env.start(env.storage(), env.registry(), config);
+    let task = env.enqueue(vec![Step::WaitForCancel, Step::Ok], 5).await;
+    env.wait_task(&task, "running", |t| t.status == TaskStatus::Running)
+        .await;
+    worker.shutdown().await;
+    let handed_back = env.get(&task).await;
+    assert_eq!(handed_back.status, TaskStatus::Retrying);
+    assert!(handed_back.last_error.unwrap().contains("shut down"));
+    let next = env.start(env.storage(), env.registry(), fast());
+    env.wait_task(&task, "finished by the next worker", |t| {
+        t.status == TaskStatus::Succeeded
+    })
+    .await;
+    next.shutdown().await;
+    env.assert_no_overlap().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_two_workers_run_once_each() {
+    let env = Env::new().await;
+    let a = env.start(env.storage(), env.registry(), fast());
+    let b = env.start(env.storage(), env.registry(), fast());
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        tasks.push(env.enqueue(vec![Step::Ok], 5).await);
+    }
+    let storage = env.storage();
+    wait_for("all succeeded", || {
+        let storage = storage.clone();
+        async move { (storage.stats().await.unwrap().count(TaskStatus::Succeeded) == 100).then_some(()) }
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+    let report = env.ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert_eq!(report.executions, 100, "each task ran exactly once");
+    assert_eq!(env.seen.executions.load(Ordering::SeqCst), 100);
+}

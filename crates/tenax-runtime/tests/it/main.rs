@@ -1,0 +1,11 @@
+//! Runtime integration tests, on real SQLite files.
+#![allow(unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+/// Shared fixtures: a scripted command, harnesses, waits with deadlines.
+mod support;
+
+/// What each handler outcome does to the task: success, retries, death, compensation.
+mod outcomes;
+
+/// Leases: expiry and the reaper, lost leases, self-fencing, shutdown.
+mod leases;
