@@ -1,1 +1,58 @@
-//! placeholder
+//! Tenax: a durable task scheduler built on the command pattern.
+//!
+//! Every task is stored before it runs, run by workers under a lease, retried with
+//! exponential backoff and jitter, compensated when it finally dies, and picked up
+//! again after any crash. SQLite is the embedded default.
+//!
+//! ```no_run
+//! use serde::{Deserialize, Serialize};
+//! use tenax::{Client, Command, CommandError, Registry, TaskContext, Worker, WorkerConfig};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct OpenAccount { customer: String }
+//!
+//! struct OpenBankAccount;
+//!
+//! impl Command for OpenBankAccount {
+//!     const TYPE: &'static str = "BANK_OPEN_ACCOUNT";
+//!     type Context = OpenAccount;
+//!     type Output = String;
+//!
+//!     async fn execute(&self, ctx: OpenAccount, task: &TaskContext) -> Result<String, CommandError> {
+//!         Ok(format!("opened for {} (key {})", ctx.customer, task.idempotency_key()))
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect("sqlite://tenax.db").await?;
+//! client
+//!     .enqueue::<OpenBankAccount>(OpenAccount { customer: "ada".into() })
+//!     .task_no("ACC-1")
+//!     .await?;
+//!
+//! let mut registry = Registry::new();
+//! registry.register(OpenBankAccount)?;
+//! let worker = Worker::new(client.storage().clone(), registry, WorkerConfig::default())?;
+//! worker.run(tokio_util::sync::CancellationToken::new()).await?;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+pub use tenax_core::{
+    defaults_of, AttemptOutcome, AttemptRecord, Command, CommandDefaults, CommandError,
+    CompensationState, ExecutionHook, ExecutionOutcome, HookFuture, InvalidInput, Jitter, Priority,
+    QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext, TaskId, TaskKind,
+    TaskNo, TaskRecord, TaskStatus,
+};
+pub use tenax_runtime::{Client, ConfigError, Enqueue, Error, Worker, WorkerConfig};
+
+/// The storage seam and its backends (internal interface; may change in any release).
+pub mod storage {
+    pub use tenax_storage::*;
+}
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

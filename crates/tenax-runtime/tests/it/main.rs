@@ -1,5 +1,10 @@
 //! Runtime integration tests, on real SQLite files.
-#![allow(unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    unreachable_pub,
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 /// Shared fixtures: a scripted command, harnesses, waits with deadlines.
 mod support;

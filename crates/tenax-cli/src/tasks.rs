@@ -1,0 +1,267 @@
+//! `tenax enqueue`, `tenax tasks ...` and `tenax stats`.
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use comfy_table::Table;
+use tenax::storage::TaskListParams;
+use tenax::{Client, TaskRecord, TaskStatus};
+
+use crate::{parse_duration, TaskSelector};
+
+#[derive(Debug, Args)]
+pub(crate) struct EnqueueArgs {
+    /// Command type name (for example BANK_OPEN_ACCOUNT).
+    command_type: String,
+    /// Payload (the command's context) as JSON.
+    #[arg(default_value = "{}")]
+    payload: String,
+    /// Business number (idempotency key); generated when absent.
+    #[arg(long = "no", value_name = "TASK_NO")]
+    task_no: Option<String>,
+    /// Queue.
+    #[arg(long, default_value = "default")]
+    queue: String,
+    /// Priority 0-9 (9 most urgent).
+    #[arg(long, default_value_t = 5)]
+    priority: u8,
+    /// Attempt budget.
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u32,
+    /// Per-attempt timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    timeout: Duration,
+    /// Run no sooner than this delay from now (for example 30s).
+    #[arg(long, value_parser = parse_duration)]
+    run_in: Option<Duration>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TasksCommand {
+    /// List tasks, newest first.
+    List(ListArgs),
+    /// Show one task with its attempt history.
+    Show(TaskSelector),
+    /// Retry a dead task with a fresh attempt budget (history is kept).
+    Retry(TaskSelector),
+    /// Cancel a task that has not started.
+    Cancel(TaskSelector),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only this status.
+    #[arg(long)]
+    status: Option<TaskStatus>,
+    /// Only this command type.
+    #[arg(long = "type")]
+    command_type: Option<String>,
+    /// Only this queue.
+    #[arg(long)]
+    queue: Option<String>,
+    /// At most this many.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+pub(crate) async fn enqueue(client: &Client, args: EnqueueArgs) -> anyhow::Result<()> {
+    let payload: serde_json::Value =
+        serde_json::from_str(&args.payload).context("the payload is not valid JSON")?;
+    let mut enqueue = client
+        .enqueue_raw(&args.command_type, &payload)
+        .queue(args.queue)
+        .priority(args.priority)
+        .max_attempts(args.max_attempts)
+        .timeout(args.timeout);
+    if let Some(no) = args.task_no {
+        enqueue = enqueue.task_no(no);
+    }
+    if let Some(delay) = args.run_in {
+        enqueue = enqueue.run_in(delay);
+    }
+    let inserted = enqueue.await?;
+    let verb = if inserted.created {
+        "enqueued"
+    } else {
+        "already enqueued"
+    };
+    println!(
+        "{verb} task {} (task_no {}, {}, runs at {})",
+        inserted.task.id, inserted.task.task_no, inserted.task.status, inserted.task.run_at
+    );
+    Ok(())
+}
+
+pub(crate) async fn run(client: &Client, command: TasksCommand) -> anyhow::Result<()> {
+    match command {
+        TasksCommand::List(args) => list(client, args).await,
+        TasksCommand::Show(selector) => show(client, &selector).await,
+        TasksCommand::Retry(selector) => {
+            let task = client.retry(selector.to_ref()?).await?;
+            println!(
+                "task {} ({}) is {} again with a fresh attempt budget",
+                task.id, task.task_no, task.status
+            );
+            Ok(())
+        }
+        TasksCommand::Cancel(selector) => {
+            let task = client.cancel(selector.to_ref()?).await?;
+            println!("task {} ({}) is {}", task.id, task.task_no, task.status);
+            Ok(())
+        }
+    }
+}
+
+fn short(text: Option<&str>, max: usize) -> String {
+    let text = text.unwrap_or("");
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
+    let tasks = client
+        .list(&TaskListParams {
+            status: args.status,
+            command_type: args.command_type,
+            queue: args.queue,
+            before_id: None,
+            limit: args.limit,
+        })
+        .await?;
+    let mut table = Table::new();
+    table.set_header([
+        "id",
+        "task_no",
+        "type",
+        "kind",
+        "status",
+        "attempt",
+        "queue",
+        "prio",
+        "run at",
+        "last error",
+    ]);
+    for t in &tasks {
+        table.add_row([
+            t.id.to_string(),
+            t.task_no.to_string(),
+            t.command_type.clone(),
+            t.kind.as_str().to_owned(),
+            t.status.to_string(),
+            format!("{}/{}", t.attempt, t.max_attempts),
+            t.queue.clone(),
+            t.priority.get().to_string(),
+            t.run_at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+            short(t.last_error.as_deref(), 40),
+        ]);
+    }
+    println!("{table}");
+    println!("{} task(s)", tasks.len());
+    Ok(())
+}
+
+fn describe(task: &TaskRecord) -> Table {
+    let mut table = Table::new();
+    let time =
+        |t: Option<chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_default();
+    let rows: Vec<(&str, String)> = vec![
+        ("id", task.id.to_string()),
+        ("task_no", task.task_no.to_string()),
+        ("type", task.command_type.clone()),
+        ("kind", task.kind.as_str().to_owned()),
+        (
+            "parent",
+            task.parent_id.map(|p| p.to_string()).unwrap_or_default(),
+        ),
+        ("status", task.status.to_string()),
+        (
+            "attempt",
+            format!("{} of {}", task.attempt, task.max_attempts),
+        ),
+        ("lease epoch", task.lease_epoch.to_string()),
+        ("lease owner", task.lease_owner.clone().unwrap_or_default()),
+        ("lease expires", time(task.lease_expires_at)),
+        (
+            "queue / priority",
+            format!("{} / {}", task.queue, task.priority.get()),
+        ),
+        ("run at", task.run_at.to_rfc3339()),
+        (
+            "timeout",
+            format!("{:?}", Duration::from_millis(task.timeout_ms)),
+        ),
+        ("payload", task.payload.clone()),
+        ("result", task.result.clone().unwrap_or_default()),
+        ("last error", task.last_error.clone().unwrap_or_default()),
+        (
+            "compensation",
+            task.compensation
+                .map(|c| c.as_str().to_owned())
+                .unwrap_or_default(),
+        ),
+        ("created", task.created_at.to_rfc3339()),
+        ("started", time(task.started_at)),
+        ("finished", time(task.finished_at)),
+    ];
+    for (name, value) in rows {
+        table.add_row([name.to_owned(), value]);
+    }
+    table
+}
+
+async fn show(client: &Client, selector: &TaskSelector) -> anyhow::Result<()> {
+    let task_ref = selector.to_ref()?;
+    let task = client
+        .get(&task_ref)
+        .await?
+        .with_context(|| format!("task {task_ref} not found"))?;
+    println!("{}", describe(&task));
+    let attempts = client.attempts(task.id).await?;
+    let mut table = Table::new();
+    table.set_header([
+        "attempt", "epoch", "worker", "started", "duration", "outcome", "error",
+    ]);
+    for a in &attempts {
+        let duration = a
+            .finished_at
+            .map(|f| format!("{} ms", (f - a.started_at).num_milliseconds()))
+            .unwrap_or_default();
+        table.add_row([
+            a.attempt.to_string(),
+            a.epoch.to_string(),
+            a.worker.clone(),
+            a.started_at.format("%H:%M:%S%.3f").to_string(),
+            duration,
+            a.outcome.as_str().to_owned(),
+            short(a.error.as_deref(), 60),
+        ]);
+    }
+    println!(
+        "attempt history (last {}):\n{table}",
+        tenax::storage::ATTEMPT_HISTORY_LEN
+    );
+    Ok(())
+}
+
+pub(crate) async fn stats(client: &Client) -> anyhow::Result<()> {
+    let stats = client.stats().await?;
+    let mut by_status = Table::new();
+    by_status.set_header(["status", "tasks"]);
+    for (status, n) in &stats.by_status {
+        by_status.add_row([status.to_string(), n.to_string()]);
+    }
+    println!("{by_status}");
+    let mut by_type = Table::new();
+    by_type.set_header(["command type", "status", "tasks"]);
+    for (command_type, status, n) in &stats.by_type {
+        by_type.add_row([command_type.clone(), status.to_string(), n.to_string()]);
+    }
+    println!("{by_type}");
+    match stats.oldest_due_age {
+        Some(age) => println!("oldest due task has waited {:.1} s", age.as_secs_f64()),
+        None => println!("no task is waiting to be claimed"),
+    }
+    Ok(())
+}

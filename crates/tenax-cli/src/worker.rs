@@ -1,0 +1,125 @@
+//! `tenax worker`: run the built-in demo commands until interrupted.
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use tenax::{Registry, RetryPolicy, Worker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::bank::{BankBehaviour, BankOpenAccount, FlakyBank};
+use crate::parse_duration;
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct WorkerArgs {
+    /// Queues to claim from (repeat for several).
+    #[arg(long = "queue", default_value = "default")]
+    queues: Vec<String>,
+    /// Tasks run at once.
+    #[arg(long, default_value_t = WorkerConfig::CONCURRENCY_DEFAULT)]
+    concurrency: u32,
+    /// Lease length; heartbeat and fence margin are a quarter of it.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    lease_ttl: Duration,
+    /// Wait between claims when idle.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    poll_interval: Duration,
+    /// On Ctrl-C or SIGTERM, time running tasks get to finish.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    shutdown_grace: Duration,
+    /// Finished tasks are deleted after this.
+    #[arg(long, value_parser = parse_duration, default_value = "7days")]
+    retention: Duration,
+    /// Record every execution in this execution-ledger file (for tests).
+    #[arg(long, value_name = "PATH")]
+    ledger: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) bank: BankArgs,
+}
+
+/// How the simulated bank of the demo command behaves.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BankArgs {
+    /// Share of bank calls that fail with a transient error (0-1).
+    #[arg(long, default_value_t = 0.3)]
+    pub(crate) bank_failure_rate: f64,
+    /// Mean latency of a bank call.
+    #[arg(long, value_parser = parse_duration, default_value = "20ms")]
+    pub(crate) bank_latency: Duration,
+    /// First retry delay of the demo command (doubles per attempt, full jitter).
+    #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+    pub(crate) backoff_base: Duration,
+    /// Longest retry delay of the demo command.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub(crate) backoff_cap: Duration,
+}
+
+impl BankArgs {
+    pub(crate) fn registry(&self) -> anyhow::Result<Registry> {
+        if !(0.0..=1.0).contains(&self.bank_failure_rate) {
+            anyhow::bail!("--bank-failure-rate must be between 0 and 1");
+        }
+        let bank = Arc::new(FlakyBank::new(BankBehaviour {
+            failure_rate: self.bank_failure_rate,
+            latency: self.bank_latency,
+        }));
+        let mut registry = Registry::new();
+        registry.register(BankOpenAccount {
+            bank,
+            retry: RetryPolicy::exponential(self.backoff_base, self.backoff_cap),
+        })?;
+        Ok(registry)
+    }
+}
+
+impl WorkerArgs {
+    pub(crate) fn config(&self) -> WorkerConfig {
+        WorkerConfig {
+            queues: self.queues.clone(),
+            concurrency: self.concurrency,
+            claim_batch: self
+                .concurrency
+                .min(WorkerConfig::CLAIM_BATCH_DEFAULT.max(self.concurrency / 2)),
+            poll_interval: self.poll_interval,
+            lease_ttl: self.lease_ttl,
+            heartbeat_interval: self.lease_ttl / 4,
+            fence_margin: self.lease_ttl / 4,
+            reaper_interval: (self.lease_ttl / 4).min(WorkerConfig::REAPER_INTERVAL_DEFAULT),
+            shutdown_grace: self.shutdown_grace,
+            retention: self.retention,
+            ..WorkerConfig::default()
+        }
+    }
+}
+
+/// Cancelled on Ctrl-C or SIGTERM.
+pub(crate) fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate => {}
+        }
+        cancel.cancel();
+    });
+    token
+}
+
+pub(crate) async fn run(database_url: &str, args: WorkerArgs) -> anyhow::Result<()> {
+    let storage = tenax::storage::connect(database_url).await?;
+    let mut worker = Worker::new(storage, args.bank.registry()?, args.config())?;
+    if let Some(path) = &args.ledger {
+        worker = worker.with_hook(Arc::new(tenax_testkit::Ledger::open(path).await?));
+    }
+    worker.run(shutdown_on_signal()).await?;
+    Ok(())
+}
