@@ -1,0 +1,152 @@
+//! Crash tests: real `tenax worker` processes killed with SIGKILL mid-task, checked
+//! against the execution ledger.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tenax::storage::TaskRef;
+use tenax::{AttemptOutcome, Client, CompensationState, TaskKind, TaskNo, TaskStatus};
+use tenax_testkit::Ledger;
+
+fn tenax() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tenax"))
+}
+
+/// A worker process with a 1 s lease, recording every execution in the ledger.
+fn spawn_worker(db: &str, ledger: &Path, latency: &str) -> Child {
+    tenax()
+        .args(["--database-url", db, "worker", "--lease-ttl", "1s", "--poll-interval", "50ms"])
+        .args(["--bank-failure-rate", "0", "--bank-latency", latency])
+        .arg("--ledger")
+        .arg(ledger)
+        .env("TENAX_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start tenax worker")
+}
+
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    db: String,
+    ledger_path: std::path::PathBuf,
+    ledger: Ledger,
+    client: Client,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("tenax.db").display());
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&ledger_path).await.unwrap();
+    let client = Client::connect(&db).await.unwrap();
+    Setup { _dir: dir, db, ledger_path, ledger, client }
+}
+
+fn enqueue(db: &str, task_no: &str, id_card: &str) {
+    let payload = format!(r#"{{"customer":"ada","id_card":"{id_card}"}}"#);
+    let status = tenax()
+        .args(["--database-url", db, "enqueue", "BANK_OPEN_ACCOUNT", &payload, "--no", task_no])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn kill(child: &mut Child, ledger: &Ledger) {
+    let pid = child.id();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    ledger.record_kill(pid).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_task_loses_nothing_and_runs_nothing_twice_at_once() {
+    let s = setup().await;
+    enqueue(&s.db, "ACC-1", "12345678901234567");
+    // The first worker's bank call takes 10 s: it is killed inside it.
+    let mut first = spawn_worker(&s.db, &s.ledger_path, "10s");
+    wait_for("the first worker starts the task", || async {
+        let e = s.ledger.executions().await.unwrap();
+        (!e.is_empty()).then_some(())
+    })
+    .await;
+    kill(&mut first, &s.ledger).await;
+    let mut second = spawn_worker(&s.db, &s.ledger_path, "20ms");
+    let no = TaskRef::No(TaskNo::new("ACC-1").unwrap());
+    let done = wait_for("a new worker finishes the task", || async {
+        s.client.get(&no).await.unwrap().filter(|t| t.status == TaskStatus::Succeeded)
+    })
+    .await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(done.attempt, 2);
+    let history = s.client.attempts(done.id).await.unwrap();
+    assert_eq!(
+        history.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+        vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Succeeded]
+    );
+    let report = s.ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert_eq!(report.executions, 2);
+    assert!(report.open.is_empty(), "{report:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compensation_finishes_exactly_once_when_its_worker_is_killed() {
+    let s = setup().await;
+    // An invalid id card: dead at once, then compensated. Every bank call takes 10 s,
+    // so the first worker is killed inside the compensation.
+    enqueue(&s.db, "ACC-2", "1234567890123456X");
+    let mut first = spawn_worker(&s.db, &s.ledger_path, "10s");
+    wait_for("the compensation starts", || async {
+        let e = s.ledger.executions().await.unwrap();
+        e.iter().any(|e| e.kind == "compensate").then_some(())
+    })
+    .await;
+    kill(&mut first, &s.ledger).await;
+    let mut second = spawn_worker(&s.db, &s.ledger_path, "20ms");
+    let no = TaskRef::No(TaskNo::new("ACC-2").unwrap());
+    let parent = wait_for("the compensation is recorded", || async {
+        s.client
+            .get(&no)
+            .await
+            .unwrap()
+            .filter(|t| t.compensation == Some(CompensationState::Succeeded))
+    })
+    .await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(parent.status, TaskStatus::Dead);
+    assert!(parent.last_error.unwrap().contains("invalid id card"));
+    let all = s
+        .client
+        .list(&tenax::storage::TaskListParams { limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    let compensations: Vec<_> = all.iter().filter(|t| t.kind == TaskKind::Compensate).collect();
+    assert_eq!(compensations.len(), 1, "one compensation task per death");
+    let history = s.client.attempts(compensations[0].id).await.unwrap();
+    let finished: Vec<_> = history.iter().filter(|a| a.outcome == AttemptOutcome::Succeeded).collect();
+    assert_eq!(finished.len(), 1, "recorded as finished exactly once: {history:#?}");
+    assert_eq!(history[0].outcome, AttemptOutcome::LeaseExpired);
+    let report = s.ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+}
