@@ -17,7 +17,15 @@ fn tenax() -> Command {
 /// A worker process with a 1 s lease, recording every execution in the ledger.
 fn spawn_worker(db: &str, ledger: &Path, latency: &str) -> Child {
     tenax()
-        .args(["--database-url", db, "worker", "--lease-ttl", "1s", "--poll-interval", "50ms"])
+        .args([
+            "--database-url",
+            db,
+            "worker",
+            "--lease-ttl",
+            "1s",
+            "--poll-interval",
+            "50ms",
+        ])
         .args(["--bank-failure-rate", "0", "--bank-latency", latency])
         .arg("--ledger")
         .arg(ledger)
@@ -57,13 +65,27 @@ async fn setup() -> Setup {
     let ledger_path = dir.path().join("ledger.db");
     let ledger = Ledger::open(&ledger_path).await.unwrap();
     let client = Client::connect(&db).await.unwrap();
-    Setup { _dir: dir, db, ledger_path, ledger, client }
+    Setup {
+        _dir: dir,
+        db,
+        ledger_path,
+        ledger,
+        client,
+    }
 }
 
 fn enqueue(db: &str, task_no: &str, id_card: &str) {
     let payload = format!(r#"{{"customer":"ada","id_card":"{id_card}"}}"#);
     let status = tenax()
-        .args(["--database-url", db, "enqueue", "BANK_OPEN_ACCOUNT", &payload, "--no", task_no])
+        .args([
+            "--database-url",
+            db,
+            "enqueue",
+            "BANK_OPEN_ACCOUNT",
+            &payload,
+            "--no",
+            task_no,
+        ])
         .stdout(Stdio::null())
         .status()
         .unwrap();
@@ -92,7 +114,11 @@ async fn a_worker_killed_mid_task_loses_nothing_and_runs_nothing_twice_at_once()
     let mut second = spawn_worker(&s.db, &s.ledger_path, "20ms");
     let no = TaskRef::No(TaskNo::new("ACC-1").unwrap());
     let done = wait_for("a new worker finishes the task", || async {
-        s.client.get(&no).await.unwrap().filter(|t| t.status == TaskStatus::Succeeded)
+        s.client
+            .get(&no)
+            .await
+            .unwrap()
+            .filter(|t| t.status == TaskStatus::Succeeded)
     })
     .await;
     second.kill().unwrap();
@@ -138,14 +164,27 @@ async fn compensation_finishes_exactly_once_when_its_worker_is_killed() {
     assert!(parent.last_error.unwrap().contains("invalid id card"));
     let all = s
         .client
-        .list(&tenax::storage::TaskListParams { limit: 10, ..Default::default() })
+        .list(&tenax::storage::TaskListParams {
+            limit: 10,
+            ..Default::default()
+        })
         .await
         .unwrap();
-    let compensations: Vec<_> = all.iter().filter(|t| t.kind == TaskKind::Compensate).collect();
+    let compensations: Vec<_> = all
+        .iter()
+        .filter(|t| t.kind == TaskKind::Compensate)
+        .collect();
     assert_eq!(compensations.len(), 1, "one compensation task per death");
     let history = s.client.attempts(compensations[0].id).await.unwrap();
-    let finished: Vec<_> = history.iter().filter(|a| a.outcome == AttemptOutcome::Succeeded).collect();
-    assert_eq!(finished.len(), 1, "recorded as finished exactly once: {history:#?}");
+    let finished: Vec<_> = history
+        .iter()
+        .filter(|a| a.outcome == AttemptOutcome::Succeeded)
+        .collect();
+    assert_eq!(
+        finished.len(),
+        1,
+        "recorded as finished exactly once: {history:#?}"
+    );
     assert_eq!(history[0].outcome, AttemptOutcome::LeaseExpired);
     let report = s.ledger.check().await.unwrap();
     assert!(report.is_clean(), "{report:#?}");

@@ -27,6 +27,6 @@ pub use registry::{defaults_of, CommandDefaults, DynHandler, Registry, RegistryE
 pub use retry::{Jitter, RetryPolicy};
 pub use state::{TaskStatus, Transition};
 pub use task::{
-    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, Priority, QueueName, TaskId,
-    TaskKind, TaskNo, TaskRecord,
+    validate_command_type, AttemptOutcome, AttemptRecord, CompensationState, InvalidInput,
+    Priority, QueueName, TaskId, TaskKind, TaskNo, TaskRecord,
 };

@@ -10,7 +10,7 @@ use futures::FutureExt;
 use crate::command::{Command, TaskContext};
 use crate::error::CommandError;
 use crate::retry::RetryPolicy;
-use crate::task::{check_command_type, InvalidInput};
+use crate::task::{validate_command_type, InvalidInput};
 
 /// A registration that cannot be accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -137,7 +137,7 @@ impl Registry {
 
     /// Register a handler instance for `C::TYPE`.
     pub fn register<C: Command>(&mut self, command: C) -> Result<&mut Self, RegistryError> {
-        check_command_type(C::TYPE)?;
+        validate_command_type(C::TYPE)?;
         crate::task::Priority::new(C::PRIORITY)?;
         crate::task::QueueName::new(C::QUEUE)?;
         if C::MAX_ATTEMPTS == 0 {

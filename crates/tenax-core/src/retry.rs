@@ -121,7 +121,7 @@ mod tests {
         let policy = RetryPolicy::default();
         let mut rng = StdRng::seed_from_u64(7);
         let delays: Vec<f64> = (0..10_000)
-            .map(|_| policy.delay(6, &mut rng).as_millis() as f64)
+            .map(|_| policy.delay(10, &mut rng).as_millis() as f64)
             .collect();
         let mean = delays.iter().sum::<f64>() / delays.len() as f64;
         let var = delays.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / delays.len() as f64;

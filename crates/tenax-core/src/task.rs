@@ -66,13 +66,24 @@ fn check_name(field: &'static str, value: &str, max: usize) -> Result<(), Invali
 pub struct TaskNo(String);
 
 impl TaskNo {
-    /// Longest accepted `task_no`, in bytes.
-    pub const MAX_LEN: usize = 200;
+    /// Longest accepted `task_no`, in bytes. (A compensation task's number is its
+    /// parent's followed by `:compensate:<epoch>`, so stored numbers can be longer.)
+    pub const MAX_LEN: usize = 160;
 
-    /// A validated `task_no`: 1 to 200 bytes, no white space or control characters.
+    /// The infix reserved for compensation tasks' derived numbers.
+    pub const COMPENSATION_INFIX: &'static str = ":compensate:";
+
+    /// A validated `task_no`: 1 to 160 bytes, no white space or control characters,
+    /// and not containing the reserved `:compensate:`.
     pub fn new(value: impl Into<String>) -> Result<Self, InvalidInput> {
         let value = value.into();
         check_name("task_no", &value, Self::MAX_LEN)?;
+        if value.contains(Self::COMPENSATION_INFIX) {
+            return Err(InvalidInput::new(
+                "task_no",
+                "must not contain \":compensate:\" (reserved for compensation tasks)",
+            ));
+        }
         Ok(Self(value))
     }
 
@@ -161,7 +172,7 @@ impl fmt::Display for QueueName {
 }
 
 /// Validate a command type name: 1 to 100 bytes, no white space or control characters.
-pub(crate) fn check_command_type(value: &str) -> Result<(), InvalidInput> {
+pub fn validate_command_type(value: &str) -> Result<(), InvalidInput> {
     check_name("command type", value, 100)
 }
 
@@ -406,6 +417,7 @@ mod tests {
         assert!(TaskNo::new("a\u{0}").is_err());
         assert!(TaskNo::new("x".repeat(TaskNo::MAX_LEN + 1)).is_err());
         assert!(TaskNo::new("x".repeat(TaskNo::MAX_LEN)).is_ok());
+        assert!(TaskNo::new("A:compensate:1").is_err());
         assert_ne!(TaskNo::generate(), TaskNo::generate());
     }
 

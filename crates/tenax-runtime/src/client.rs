@@ -50,15 +50,17 @@ impl Client {
     /// Enqueue a task of command `C`, with `C`'s defaults; adjust with the builder's
     /// methods, then `.await` it. Returns once the task is committed.
     pub fn enqueue<C: Command>(&self, context: C::Context) -> Enqueue<'_> {
-        let payload = serde_json::to_string(&context).map_err(Error::from);
+        let params = serde_json::to_string(&context)
+            .map_err(Error::from)
+            .and_then(|payload| Ok((payload, Priority::new(C::PRIORITY)?)));
         Enqueue {
             client: self,
-            params: payload.map(|payload| TaskInsertParams {
+            params: params.map(|(payload, priority)| TaskInsertParams {
                 task_no: TaskNo::generate(),
                 command_type: C::TYPE.to_owned(),
                 payload,
                 queue: C::QUEUE.to_owned(),
-                priority: Priority::new(C::PRIORITY).unwrap_or_default(),
+                priority,
                 max_attempts: C::MAX_ATTEMPTS,
                 timeout: C::TIMEOUT,
                 run_at: RunAt::Now,

@@ -309,6 +309,27 @@ async fn fence_deadline(mut rx: watch::Receiver<Instant>) {
     }
 }
 
+/// For a compensation, the error that killed the compensated task (read from it: the
+/// compensation's own `last_error` is overwritten by its own failures).
+async fn death_cause(shared: &Arc<Shared>, task: &TaskRecord) -> Option<String> {
+    let parent = match (task.kind, task.parent_id) {
+        (TaskKind::Compensate, Some(parent)) => parent,
+        _ => return None,
+    };
+    match shared
+        .storage
+        .task_get(&tenax_storage::TaskRef::Id(parent))
+        .await
+    {
+        Ok(Some(parent)) => parent.last_error,
+        Ok(None) => None,
+        Err(e) => {
+            warn!(error = %e, "cannot read the compensated task; its cause is unknown to the handler");
+            None
+        }
+    }
+}
+
 fn idempotency_key(task: &TaskRecord) -> String {
     match task.kind {
         TaskKind::Execute => task.task_no.to_string(),
@@ -350,10 +371,7 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         task.max_attempts,
         task.lease_epoch,
         idempotency_key(&task),
-        match task.kind {
-            TaskKind::Compensate => task.last_error.clone(),
-            TaskKind::Execute => None,
-        },
+        death_cause(shared, &task).await,
         cancellation.clone(),
     );
     let Some(handler) = shared.registry.get(&task.command_type) else {
@@ -530,7 +548,8 @@ async fn write_outcome(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, en
                 shared,
                 lease,
                 "worker shut down before the attempt finished".into(),
-                FailNext::Retry(Duration::ZERO),
+                // Handed back: retried at once, and the interrupted attempt is refunded.
+                FailNext::HandBack,
             )
             .await;
         }
@@ -573,6 +592,7 @@ async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: Fai
     let what = match next {
         FailNext::Retry(_) => "failed, will retry",
         FailNext::Dead => "failed, dead",
+        FailNext::HandBack => "handed back",
     };
     report_write(written, what);
 }
@@ -607,7 +627,7 @@ where
     loop {
         match write().await {
             Ok(written) => return Some(written),
-            Err(e) if Instant::now() + pause < give_up => {
+            Err(e) if e.is_transient() && Instant::now() + pause < give_up => {
                 warn!(task.id = %lease.id, error = %e, "writing the outcome failed; retrying");
                 let jittered = rand::rng().random_range(pause / 2..=pause);
                 sleep(jittered).await;

@@ -144,6 +144,9 @@ pub enum FailNext {
     Retry(Duration),
     /// The task is dead (its compensation is scheduled).
     Dead,
+    /// The worker gives the task back unfinished (shutdown): retry now, and the attempt
+    /// is not counted against the budget.
+    HandBack,
 }
 
 /// [`Storage::task_fail_if_leased`](crate::Storage::task_fail_if_leased).

@@ -166,18 +166,25 @@ async fn after_the_grace_period_running_tasks_are_handed_back() {
         ..fast()
     };
     let worker = env.start(env.storage(), env.registry(), config);
-    let task = env.enqueue(vec![Step::WaitForCancel, Step::Ok], 5).await;
+    // One attempt only: a hand-back must not use it up.
+    let task = env.enqueue(vec![Step::SleepMs(800)], 1).await;
     env.wait_task(&task, "running", |t| t.status == TaskStatus::Running)
         .await;
     worker.shutdown().await;
     let handed_back = env.get(&task).await;
     assert_eq!(handed_back.status, TaskStatus::Retrying);
+    assert_eq!(
+        handed_back.attempt, 0,
+        "the interrupted attempt is refunded"
+    );
     assert!(handed_back.last_error.unwrap().contains("shut down"));
     let next = env.start(env.storage(), env.registry(), fast());
-    env.wait_task(&task, "finished by the next worker", |t| {
-        t.status == TaskStatus::Succeeded
-    })
-    .await;
+    let done = env
+        .wait_task(&task, "finished by the next worker", |t| {
+            t.status == TaskStatus::Succeeded
+        })
+        .await;
+    assert_eq!(done.attempt, 1);
     next.shutdown().await;
     env.assert_no_overlap().await;
 }

@@ -197,9 +197,7 @@ fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
     let payload: Value = serde_json::from_str(&params.payload)
         .map_err(|e| InvalidInput::new("payload", format!("is not JSON: {e}")))?;
     tenax_core::QueueName::new(params.queue.clone())?;
-    if params.command_type.is_empty() || params.command_type.len() > 100 {
-        return Err(InvalidInput::new("command type", "must be 1 to 100 bytes").into());
-    }
+    tenax_core::validate_command_type(&params.command_type)?;
     if params.max_attempts == 0 {
         return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
     }
@@ -602,19 +600,22 @@ impl Storage for SqliteStorage {
         let error = truncate_error(&params.error);
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let (wants_death, run_at) = match params.next {
-            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay))),
-            FailNext::Dead => (true, now),
+        let (wants_death, run_at, refund) = match params.next {
+            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay)), 0),
+            FailNext::Dead => (true, now, 0),
+            FailNext::HandBack => (false, now, 1),
         };
         // A task out of attempts dies even if the caller asked for a retry: the budget
-        // is enforced here, not only by the worker.
+        // is enforced here, not only by the worker. A hand-back refunds the attempt
+        // first, so it never kills a task.
         let row = sqlx::query(&format!(
             "UPDATE tenax_tasks
-             SET status = CASE WHEN ?1 OR attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+             SET status = CASE WHEN ?1 OR attempt - ?7 >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 attempt = attempt - ?7,
                  run_at = ?2, last_error = ?3, updated_at = ?4,
                  lease_owner = NULL, lease_expires_at = NULL,
-                 finished_at = CASE WHEN ?1 OR attempt >= max_attempts THEN ?4 END,
-                 compensation = CASE WHEN (?1 OR attempt >= max_attempts) AND kind = 'execute'
+                 finished_at = CASE WHEN ?1 OR attempt - ?7 >= max_attempts THEN ?4 END,
+                 compensation = CASE WHEN (?1 OR attempt - ?7 >= max_attempts) AND kind = 'execute'
                                      THEN 'pending' ELSE compensation END
              WHERE id = ?5 AND status = 'running' AND lease_epoch = ?6
              RETURNING {TASK_COLUMNS}"
@@ -625,6 +626,7 @@ impl Storage for SqliteStorage {
         .bind(now)
         .bind(params.lease.id.0)
         .bind(params.lease.epoch)
+        .bind(refund)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -711,6 +713,7 @@ impl Storage for SqliteStorage {
         let row = sqlx::query(&format!(
             "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
              WHERE (id = ?2 OR task_no = ?3) AND status IN ('pending', 'retrying', 'blocked')
+               AND kind = 'execute'
              RETURNING {TASK_COLUMNS}"
         ))
         .bind(now)
@@ -728,6 +731,14 @@ impl Storage for SqliteStorage {
             None => {
                 let current = fetch_ref(&mut *tx, &params.task).await?;
                 tx.rollback().await.map_err(map_err)?;
+                if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
+                    // The compensated task would wait for it forever.
+                    return Err(StorageError::InvalidState {
+                        task: params.task.to_string(),
+                        status: task.status,
+                        action: "cancel a compensation",
+                    });
+                }
                 Err(refusal(&params.task, current, "cancel it"))
             }
         }
@@ -756,6 +767,18 @@ impl Storage for SqliteStorage {
         match row {
             Some(row) => {
                 let task = task_from_row(&row)?;
+                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
+                    // The compensation runs again: its parent waits for it again.
+                    sqlx::query(
+                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
+                         WHERE id = ? AND compensation = 'failed'",
+                    )
+                    .bind(now)
+                    .bind(parent.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                }
                 tx.commit().await.map_err(map_err)?;
                 self.wake();
                 Ok(task)

@@ -797,6 +797,9 @@ pub async fn random_operations_follow_the_state_machine(h: &Harness) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| rand::rng().random());
+    eprintln!(
+        "random_operations_follow_the_state_machine: seed {seed} (replay with TENAX_SEED={seed})"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut now = h.storage.now().await.unwrap();
     let mut leases: Vec<Lease> = Vec::new();
@@ -917,4 +920,92 @@ pub async fn random_operations_follow_the_state_machine(h: &Harness) {
             }
         }
     }
+}
+
+pub async fn a_retry_asked_on_the_last_attempt_dies(h: &Harness) {
+    h.task(TaskOpts {
+        max_attempts: 1,
+        ..Default::default()
+    })
+    .await;
+    let task = h.claim("w1", 1, None).await.remove(0);
+    // The worker asks for a retry although the budget is spent: storage refuses.
+    assert!(fail(h, lease(&task), FailNext::Retry(Duration::ZERO), None).await);
+    let dead = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dead.status, TaskStatus::Dead);
+    assert_eq!(dead.compensation, Some(CompensationState::Pending));
+}
+
+pub async fn a_hand_back_refunds_the_attempt(h: &Harness) {
+    h.task(TaskOpts {
+        max_attempts: 1,
+        ..Default::default()
+    })
+    .await;
+    let task = h.claim("w1", 1, None).await.remove(0);
+    assert!(fail(h, lease(&task), FailNext::HandBack, None).await);
+    let back = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.status, TaskStatus::Retrying);
+    assert_eq!(back.attempt, 0);
+    let again = h.claim("w2", 1, None).await.remove(0);
+    assert_eq!((again.attempt, again.lease_epoch), (1, 2));
+}
+
+pub async fn a_compensation_cannot_be_cancelled_and_its_retry_reopens_the_parent(h: &Harness) {
+    h.task(TaskOpts::default()).await;
+    let task = h.claim("w1", 1, None).await.remove(0);
+    assert!(fail(h, lease(&task), FailNext::Dead, None).await);
+    let comp = compensation_of(h, task.id).await.remove(0);
+    let err = h
+        .storage
+        .task_cancel(&TaskActionParams {
+            task: TaskRef::Id(comp.id),
+            now: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::InvalidState { .. }), "{err}");
+    let running = h.claim("w1", 1, None).await.remove(0);
+    assert!(fail(h, lease(&running), FailNext::Dead, None).await);
+    let parent = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parent.compensation, Some(CompensationState::Failed));
+    // An operator retries the dead compensation: the parent waits for it again.
+    h.storage
+        .task_retry(&TaskActionParams {
+            task: TaskRef::Id(comp.id),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let parent = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parent.compensation, Some(CompensationState::Pending));
+    let again = h.claim("w1", 1, None).await.remove(0);
+    assert!(complete(h, lease(&again)).await);
+    let parent = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parent.compensation, Some(CompensationState::Succeeded));
 }

@@ -160,6 +160,9 @@ macro_rules! conformance_tests {
                 attempt_history_is_bounded,
                 stats_count_by_status_and_type,
                 random_operations_follow_the_state_machine,
+                a_retry_asked_on_the_last_attempt_dies,
+                a_hand_back_refunds_the_attempt,
+                a_compensation_cannot_be_cancelled_and_its_retry_reopens_the_parent,
             );
         }
     };

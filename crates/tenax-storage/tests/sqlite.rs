@@ -1,0 +1,45 @@
+//! SQLite-only checks: settings no other backend has.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use tenax_storage::sqlite::{SqliteConfig, SqliteStorage, Synchronous};
+use tenax_storage::Storage;
+
+#[tokio::test]
+async fn an_acknowledged_enqueue_is_durable_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let storage = SqliteStorage::connect(&url).await.unwrap();
+    storage.migrate().await.unwrap();
+    let mut conn = storage.pool().acquire().await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    assert_eq!(sync, 2, "synchronous=FULL");
+    drop(conn);
+    let fast = SqliteStorage::connect_with(
+        &url,
+        &SqliteConfig {
+            synchronous: Synchronous::Normal,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(fast.pool())
+        .await
+        .unwrap();
+    assert_eq!(sync, 1, "synchronous=NORMAL only when chosen");
+}
+
+#[tokio::test]
+async fn an_in_memory_database_is_refused() {
+    let err = SqliteStorage::connect("sqlite::memory:").await.unwrap_err();
+    assert!(err.to_string().contains("in-memory"), "{err}");
+}
