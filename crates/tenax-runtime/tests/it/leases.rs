@@ -211,3 +211,37 @@ async fn many_tasks_on_two_workers_run_once_each() {
     assert_eq!(report.executions, 100, "each task ran exactly once");
     assert_eq!(env.seen.executions.load(Ordering::SeqCst), 100);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_outcome_write_is_not_a_handler_failure() {
+    let env = Env::new().await;
+    let faulty = FaultyStorage::new(env.storage());
+    faulty.fail(StorageMethod::Complete, true);
+    let worker = env.start(faulty.clone(), env.registry(), fast());
+    let task = env.enqueue(vec![Step::Ok], 5).await;
+    // The handler succeeded, but Tenax cannot write it yet ...
+    wait_for("the handler finished", || {
+        let ledger = env.ledger.clone();
+        async move {
+            let all = ledger.executions().await.unwrap();
+            all.iter()
+                .any(|e| e.outcome.as_deref() == Some("succeeded"))
+                .then_some(())
+        }
+    })
+    .await;
+    // ... then the database recovers: the success is written, not a failure.
+    faulty.fail(StorageMethod::Complete, false);
+    let done = env
+        .wait_task(&task, "success written", |t| {
+            t.status == TaskStatus::Succeeded
+        })
+        .await;
+    assert_eq!(done.attempt, 1);
+    let history = env.client.attempts(task.id).await.unwrap();
+    assert_eq!(
+        history.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+        vec![AttemptOutcome::Succeeded]
+    );
+    worker.shutdown().await;
+}
