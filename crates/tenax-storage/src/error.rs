@@ -35,7 +35,7 @@ pub enum StorageError {
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
     /// The URL names no backend this build supports.
-    #[error("unsupported database URL {0:?}: expected sqlite://PATH")]
+    #[error("unsupported database URL {0:?}: expected sqlite://PATH, postgres://... or mysql://... (with the matching feature)")]
     UnsupportedUrl(String),
     /// A transient failure worth retrying: busy or locked database, lost connection,
     /// pool timeout, deadlock or serialization failure.

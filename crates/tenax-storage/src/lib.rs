@@ -13,6 +13,8 @@
 //! | backend | URL | feature | wake-ups |
 //! |---|---|---|---|
 //! | SQLite (WAL, `synchronous=FULL`) | `sqlite://PATH` | `sqlite` (default) | in-process only |
+//! | PostgreSQL 15 | `postgres://...[?schema=NAME]` | `postgres` | LISTEN/NOTIFY, across processes |
+//! | MariaDB 10.11 (MySQL 8 where it costs nothing) | `mysql://...` or `mariadb://...` | `mysql` | in-process only |
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -21,13 +23,19 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
+mod common;
 mod error;
 pub mod params;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use common::PAYLOAD_MAX_BYTES;
 pub use error::{Result, StorageError};
 pub use params::*;
 
@@ -120,14 +128,32 @@ pub trait Storage: Send + Sync + 'static {
 
 /// Open the backend a URL names and apply its migrations.
 ///
-/// `sqlite://PATH` (the file is created when missing), `sqlite::memory:` is refused
-/// because each pooled connection would see its own database.
+/// - `sqlite://PATH` (the file is created when missing; `sqlite::memory:` is refused
+///   because each pooled connection would see its own database);
+/// - `postgres://...` or `postgresql://...` (feature `postgres`); `?schema=NAME` keeps
+///   Tenax's tables in that schema (created when missing);
+/// - `mysql://...` or `mariadb://...` (feature `mysql`).
 pub async fn connect(url: &str) -> Result<Arc<dyn Storage>> {
-    #[cfg(feature = "sqlite")]
-    if url.starts_with("sqlite:") {
-        let storage = sqlite::SqliteStorage::connect(url).await?;
-        storage.migrate().await?;
-        return Ok(Arc::new(storage));
+    let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
+    match scheme {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => {
+            let storage = sqlite::SqliteStorage::connect(url).await?;
+            storage.migrate().await?;
+            Ok(Arc::new(storage))
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => {
+            let storage = postgres::PgStorage::connect(url).await?;
+            storage.migrate().await?;
+            Ok(Arc::new(storage))
+        }
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => {
+            let storage = mysql::MySqlStorage::connect(url).await?;
+            storage.migrate().await?;
+            Ok(Arc::new(storage))
+        }
+        _ => Err(StorageError::UnsupportedUrl(url.to_owned())),
     }
-    Err(StorageError::UnsupportedUrl(url.to_owned()))
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -26,6 +25,10 @@ use tenax_core::{
 };
 use tokio::sync::watch;
 
+use crate::common::{
+    compensation_task_no, duration_ms, existing_or_conflict, json_list, refusal, split_ref,
+    truncate_error, validate_insert,
+};
 use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
@@ -33,9 +36,6 @@ use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 mod rows;
 
 use rows::{ms, task_from_row, TASK_COLUMNS};
-
-/// The largest payload accepted, in bytes.
-pub const PAYLOAD_MAX_BYTES: usize = 1024 * 1024;
 
 const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
@@ -168,52 +168,13 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
     }
 }
 
-fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn truncate_error(error: &str) -> String {
-    if error.len() <= crate::ERROR_MAX_BYTES {
-        return error.to_owned();
-    }
-    let mut end = crate::ERROR_MAX_BYTES;
-    while !error.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &error[..end])
-}
-
-fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
-    if params.payload.len() > PAYLOAD_MAX_BYTES {
-        return Err(InvalidInput::new(
-            "payload",
-            format!(
-                "is {} bytes, at most {PAYLOAD_MAX_BYTES} allowed",
-                params.payload.len()
-            ),
-        )
-        .into());
-    }
-    let payload: Value = serde_json::from_str(&params.payload)
-        .map_err(|e| InvalidInput::new("payload", format!("is not JSON: {e}")))?;
-    tenax_core::QueueName::new(params.queue.clone())?;
-    tenax_core::validate_command_type(&params.command_type)?;
-    if params.max_attempts == 0 {
-        return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
-    }
-    if params.timeout.is_zero() {
-        return Err(InvalidInput::new("timeout", "must be positive").into());
-    }
-    Ok(payload)
-}
-
 /// Insert the compensation task of `dead`, a task that just died.
 async fn schedule_compensation(
     tx: &mut Transaction<'static, Sqlite>,
     dead: &TaskRecord,
     now: i64,
 ) -> Result<()> {
-    let task_no = format!("{}:compensate:{}", dead.task_no, dead.lease_epoch);
+    let task_no = compensation_task_no(dead);
     sqlx::query(
         "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
              status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
@@ -324,10 +285,6 @@ async fn fetch_ref(
     row.as_ref().map(task_from_row).transpose()
 }
 
-fn json_list<T: serde::Serialize>(items: &[T]) -> String {
-    serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
-}
-
 #[async_trait]
 impl Storage for SqliteStorage {
     fn backend(&self) -> &'static str {
@@ -412,25 +369,7 @@ impl Storage for SqliteStorage {
             .await?
             .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
         tx.commit().await.map_err(map_err)?;
-        if existing.command_type != params.command_type {
-            return Err(StorageError::TaskNoConflict {
-                task_no: params.task_no.to_string(),
-                field: "command type",
-            });
-        }
-        let same_payload = serde_json::from_str::<Value>(&existing.payload)
-            .map(|stored| stored == payload)
-            .unwrap_or(false);
-        if !same_payload {
-            return Err(StorageError::TaskNoConflict {
-                task_no: params.task_no.to_string(),
-                field: "payload",
-            });
-        }
-        Ok(TaskInserted {
-            task: existing,
-            created: false,
-        })
+        existing_or_conflict(existing, params, &payload)
     }
 
     async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
@@ -864,23 +803,5 @@ impl Storage for SqliteStorage {
         stats.oldest_due_age =
             oldest.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
         Ok(stats)
-    }
-}
-
-fn split_ref(task: &TaskRef) -> (Option<i64>, Option<&str>) {
-    match task {
-        TaskRef::Id(id) => (Some(id.0), None),
-        TaskRef::No(no) => (None, Some(no.as_str())),
-    }
-}
-
-fn refusal(task: &TaskRef, current: Option<TaskRecord>, action: &'static str) -> StorageError {
-    match current {
-        None => StorageError::NotFound(task.to_string()),
-        Some(current) => StorageError::InvalidState {
-            task: task.to_string(),
-            status: current.status,
-            action,
-        },
     }
 }

@@ -214,7 +214,7 @@ pub async fn invalid_insert_changes_nothing(h: &Harness) {
             ..Default::default()
         },
         TaskOpts {
-            payload: format!("\"{}\"", "x".repeat(crate::sqlite::PAYLOAD_MAX_BYTES)),
+            payload: format!("\"{}\"", "x".repeat(crate::PAYLOAD_MAX_BYTES)),
             ..Default::default()
         },
     ];

@@ -72,14 +72,64 @@ pub fn claim_params(worker: &str, limit: u32, now: Option<DateTime<Utc>>) -> Tas
 
 /// A fresh SQLite file in a temporary folder, migrated.
 #[cfg(feature = "sqlite")]
-pub async fn sqlite_file() -> Harness {
+pub async fn sqlite_file() -> Option<Harness> {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("tenax.db").display());
     let storage = crate::connect(&url).await.expect("open sqlite");
-    Harness {
+    Some(Harness {
         storage,
         _dir: Some(dir),
+    })
+}
+
+/// The URL in `var`, or `None` when it is unset: then the backend's tests are skipped,
+/// unless `TENAX_REQUIRE_ALL_BACKENDS=1` (as CI sets), which makes the skip a failure.
+pub fn url_from_env(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
+                "{var} is unset but TENAX_REQUIRE_ALL_BACKENDS=1: every backend must be tested"
+            );
+            eprintln!("SKIP: {var} is unset");
+            None
+        }
     }
+}
+
+/// A name no other test uses, for a schema or database of its own.
+pub fn unique_name(prefix: &str) -> String {
+    let suffix = uuid_like();
+    format!("{prefix}_{suffix}")
+}
+
+fn uuid_like() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..12)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}
+
+/// A fresh schema on the PostgreSQL database of `TENAX_TEST_POSTGRES_URL`, migrated.
+#[cfg(feature = "postgres")]
+pub async fn postgres_from_env() -> Option<Harness> {
+    let url = url_from_env("TENAX_TEST_POSTGRES_URL")?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{separator}schema={}", unique_name("tenax_t"));
+    let storage = crate::connect(&url).await.expect("open postgres");
+    Some(Harness::new(storage))
+}
+
+/// A fresh database on the MariaDB/MySQL server of `TENAX_TEST_MYSQL_URL`, migrated.
+#[cfg(feature = "mysql")]
+pub async fn mysql_from_env() -> Option<Harness> {
+    let url = url_from_env("TENAX_TEST_MYSQL_URL")?;
+    let storage = crate::mysql::testing_database(&url, &unique_name("tenax_t"))
+        .await
+        .expect("open mysql");
+    Some(Harness::new(storage))
 }
 
 /// What the factory inserts; every field has a default.
@@ -170,7 +220,9 @@ macro_rules! conformance_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let harness = $harness().await;
+                let Some(harness) = $harness().await else {
+                    return;
+                };
                 $crate::testing::conformance::$case(&harness).await;
             }
         )*

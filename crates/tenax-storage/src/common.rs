@@ -1,0 +1,117 @@
+//! Rules every backend applies the same way: input validation and small conversions.
+use std::time::Duration;
+
+use serde_json::Value;
+use tenax_core::{InvalidInput, TaskRecord};
+
+use crate::error::{Result, StorageError};
+use crate::params::{TaskInsertParams, TaskRef};
+
+/// The largest payload accepted, in bytes.
+pub const PAYLOAD_MAX_BYTES: usize = 1024 * 1024;
+
+/// Check an insert before it reaches the database; returns the parsed payload.
+pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
+    if params.payload.len() > PAYLOAD_MAX_BYTES {
+        return Err(InvalidInput::new(
+            "payload",
+            format!(
+                "is {} bytes, at most {PAYLOAD_MAX_BYTES} allowed",
+                params.payload.len()
+            ),
+        )
+        .into());
+    }
+    let payload: Value = serde_json::from_str(&params.payload)
+        .map_err(|e| InvalidInput::new("payload", format!("is not JSON: {e}")))?;
+    tenax_core::QueueName::new(params.queue.clone())?;
+    tenax_core::validate_command_type(&params.command_type)?;
+    if params.max_attempts == 0 {
+        return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
+    }
+    if params.timeout.is_zero() {
+        return Err(InvalidInput::new("timeout", "must be positive").into());
+    }
+    Ok(payload)
+}
+
+/// Whether a stored payload is the same JSON value as a new one (key order and
+/// white space do not matter).
+pub(crate) fn same_payload(stored: &str, new: &Value) -> bool {
+    serde_json::from_str::<Value>(stored)
+        .map(|stored| &stored == new)
+        .unwrap_or(false)
+}
+
+/// The answer to an insert whose `task_no` exists: the existing task, or a conflict.
+pub(crate) fn existing_or_conflict(
+    existing: TaskRecord,
+    params: &TaskInsertParams,
+    payload: &Value,
+) -> Result<crate::TaskInserted> {
+    if existing.command_type != params.command_type {
+        return Err(StorageError::TaskNoConflict {
+            task_no: params.task_no.to_string(),
+            field: "command type",
+        });
+    }
+    if !same_payload(&existing.payload, payload) {
+        return Err(StorageError::TaskNoConflict {
+            task_no: params.task_no.to_string(),
+            field: "payload",
+        });
+    }
+    Ok(crate::TaskInserted {
+        task: existing,
+        created: false,
+    })
+}
+
+pub(crate) fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Errors are stored up to [`crate::ERROR_MAX_BYTES`], cut at a character boundary.
+pub(crate) fn truncate_error(error: &str) -> String {
+    if error.len() <= crate::ERROR_MAX_BYTES {
+        return error.to_owned();
+    }
+    let mut end = crate::ERROR_MAX_BYTES;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &error[..end])
+}
+
+pub(crate) fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
+}
+
+pub(crate) fn split_ref(task: &TaskRef) -> (Option<i64>, Option<&str>) {
+    match task {
+        TaskRef::Id(id) => (Some(id.0), None),
+        TaskRef::No(no) => (None, Some(no.as_str())),
+    }
+}
+
+/// Why a cancel or retry matched no row: the task is missing or in the wrong status.
+pub(crate) fn refusal(task: &TaskRef, current: Option<TaskRecord>, action: &'static str) -> StorageError {
+    match current {
+        None => StorageError::NotFound(task.to_string()),
+        Some(current) => StorageError::InvalidState {
+            task: task.to_string(),
+            status: current.status,
+            action,
+        },
+    }
+}
+
+/// The compensation task number derived from a dead task's number and epoch.
+pub(crate) fn compensation_task_no(dead: &TaskRecord) -> String {
+    format!(
+        "{}{}{}",
+        dead.task_no,
+        tenax_core::TaskNo::COMPENSATION_INFIX,
+        dead.lease_epoch
+    )
+}
