@@ -95,7 +95,11 @@ pub(crate) fn split_ref(task: &TaskRef) -> (Option<i64>, Option<&str>) {
 }
 
 /// Why a cancel or retry matched no row: the task is missing or in the wrong status.
-pub(crate) fn refusal(task: &TaskRef, current: Option<TaskRecord>, action: &'static str) -> StorageError {
+pub(crate) fn refusal(
+    task: &TaskRef,
+    current: Option<TaskRecord>,
+    action: &'static str,
+) -> StorageError {
     match current {
         None => StorageError::NotFound(task.to_string()),
         Some(current) => StorageError::InvalidState {

@@ -1009,3 +1009,162 @@ pub async fn a_compensation_cannot_be_cancelled_and_its_retry_reopens_the_parent
         .unwrap();
     assert_eq!(parent.compensation, Some(CompensationState::Succeeded));
 }
+
+pub async fn migrations_apply_once_however_many_nodes_start_together(h: &Harness) {
+    let task = h.task(TaskOpts::default()).await;
+    // Four nodes start at once on the migrated database, and migrate again.
+    let mut joins = Vec::new();
+    for _ in 0..4 {
+        let url = h.url.clone();
+        joins.push(tokio::spawn(async move {
+            let storage = crate::connect(&url).await?;
+            storage.migrate().await?;
+            Ok::<_, StorageError>(storage)
+        }));
+    }
+    for join in joins {
+        let storage = join.await.unwrap().expect("every node migrates");
+        let seen = storage.task_get(&TaskRef::Id(task.id)).await.unwrap();
+        assert_eq!(
+            seen.map(|t| t.id),
+            Some(task.id),
+            "migrating again keeps the data"
+        );
+    }
+    h.storage
+        .migrate()
+        .await
+        .expect("migrating twice is a no-op");
+}
+
+pub async fn cancel_racing_a_claim_exactly_one_wins(h: &Harness) {
+    let other = h.reopen().await;
+    for round in 0..20 {
+        let task = h.task(TaskOpts::default()).await;
+        let claimer = h.storage.clone();
+        let claim =
+            tokio::spawn(
+                async move { claimer.task_claim_batch(&claim_params("w1", 1, None)).await },
+            );
+        let cancel = other
+            .task_cancel(&TaskActionParams {
+                task: TaskRef::Id(task.id),
+                now: None,
+            })
+            .await;
+        let claimed = claim.await.unwrap().unwrap();
+        let won_claim = claimed.iter().any(|t| t.id == task.id);
+        assert!(
+            won_claim != cancel.is_ok(),
+            "round {round}: claim won {won_claim}, cancel {cancel:?}"
+        );
+        let expected = if won_claim {
+            TaskStatus::Running
+        } else {
+            TaskStatus::Cancelled
+        };
+        assert_eq!(status_of(h, task.id).await, expected);
+        if won_claim {
+            assert!(complete(h, lease(&claimed[0])).await);
+        }
+    }
+}
+
+pub async fn reaper_racing_a_completion_never_both_win(h: &Harness) {
+    let other = h.reopen().await;
+    for round in 0..20 {
+        h.task(TaskOpts::default()).await;
+        let task = h.claim("w1", 1, None).await.remove(0);
+        let far = later(h.storage.now().await.unwrap(), 3600);
+        let reaper = other.clone();
+        let reap = tokio::spawn(async move {
+            reaper
+                .task_reap_expired(&TaskReapParams {
+                    limit: 10,
+                    now: far,
+                })
+                .await
+        });
+        let completed = complete(h, lease(&task)).await;
+        let reaped = reap.await.unwrap().unwrap();
+        let was_reaped = reaped.iter().any(|r| r.id == task.id);
+        assert!(
+            completed != was_reaped,
+            "round {round}: completed {completed}, reaped {was_reaped}"
+        );
+        let expected = if completed {
+            TaskStatus::Succeeded
+        } else {
+            TaskStatus::Retrying
+        };
+        assert_eq!(status_of(h, task.id).await, expected, "round {round}");
+        if !completed {
+            // Leave nothing claimable for the next round.
+            h.storage
+                .task_cancel(&TaskActionParams {
+                    task: TaskRef::Id(task.id),
+                    now: None,
+                })
+                .await
+                .unwrap();
+        }
+    }
+}
+
+pub async fn concurrent_claimers_take_each_task_once(h: &Harness) {
+    let mut expected = Vec::new();
+    for _ in 0..200 {
+        expected.push(h.task(TaskOpts::default()).await.id);
+    }
+    let mut joins = Vec::new();
+    for claimer in 0..4 {
+        let storage = h.reopen().await;
+        joins.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let batch = storage
+                    .task_claim_batch(&claim_params(&format!("w{claimer}"), 7, None))
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    return mine;
+                }
+                mine.extend(batch.iter().map(|t| t.id));
+            }
+        }));
+    }
+    let mut claimed = Vec::new();
+    for join in joins {
+        claimed.extend(join.await.unwrap());
+    }
+    claimed.sort();
+    expected.sort();
+    assert_eq!(claimed, expected, "every task claimed exactly once");
+}
+
+pub async fn wakeups_reach_other_processes_where_supported(h: &Harness) {
+    let other = h.reopen().await;
+    if !other.capabilities().cross_process_wakeups {
+        eprintln!(
+            "SKIP: {} has no cross-process wake-ups (capability)",
+            other.backend()
+        );
+        return;
+    }
+    let mut wakeups = other.wakeups();
+    // The listener connects in the background: keep enqueueing until a wake-up arrives.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        h.task(TaskOpts::default()).await;
+        if tokio::time::timeout(Duration::from_millis(200), wakeups.changed())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no wake-up reached the other process"
+        );
+    }
+}

@@ -23,16 +23,26 @@ pub use faults::{FaultyStorage, StorageMethod};
 /// A storage under test and whatever keeps it alive.
 pub struct Harness {
     pub storage: Arc<dyn Storage>,
+    /// The URL that opens the same database again (another "process").
+    pub url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Harness {
-    /// Wrap an existing storage.
-    pub fn new(storage: Arc<dyn Storage>) -> Self {
+    /// Wrap an existing storage opened from `url`.
+    pub fn new(storage: Arc<dyn Storage>, url: String) -> Self {
         Self {
             storage,
+            url,
             _dir: None,
         }
+    }
+
+    /// Another connection to the same database, as another process would have.
+    pub async fn reopen(&self) -> Arc<dyn Storage> {
+        crate::connect(&self.url)
+            .await
+            .expect("reopen the database")
     }
 
     /// Insert a task built from `opts`.
@@ -78,6 +88,7 @@ pub async fn sqlite_file() -> Option<Harness> {
     let storage = crate::connect(&url).await.expect("open sqlite");
     Some(Harness {
         storage,
+        url,
         _dir: Some(dir),
     })
 }
@@ -119,17 +130,35 @@ pub async fn postgres_from_env() -> Option<Harness> {
     let separator = if url.contains('?') { '&' } else { '?' };
     let url = format!("{url}{separator}schema={}", unique_name("tenax_t"));
     let storage = crate::connect(&url).await.expect("open postgres");
-    Some(Harness::new(storage))
+    Some(Harness::new(storage, url))
 }
 
 /// A fresh database on the MariaDB/MySQL server of `TENAX_TEST_MYSQL_URL`, migrated.
 #[cfg(feature = "mysql")]
 pub async fn mysql_from_env() -> Option<Harness> {
     let url = url_from_env("TENAX_TEST_MYSQL_URL")?;
-    let storage = crate::mysql::testing_database(&url, &unique_name("tenax_t"))
+    let name = unique_name("tenax_t");
+    let storage = crate::mysql::testing_database(&url, &name)
         .await
         .expect("open mysql");
-    Some(Harness::new(storage))
+    Some(Harness::new(storage, with_database(&url, &name)))
+}
+
+/// `scheme://user@host:port/NAME?query` from a server URL and a database name.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
 }
 
 /// What the factory inserts; every field has a default.
@@ -213,6 +242,11 @@ macro_rules! conformance_tests {
                 a_retry_asked_on_the_last_attempt_dies,
                 a_hand_back_refunds_the_attempt,
                 a_compensation_cannot_be_cancelled_and_its_retry_reopens_the_parent,
+                migrations_apply_once_however_many_nodes_start_together,
+                cancel_racing_a_claim_exactly_one_wins,
+                reaper_racing_a_completion_never_both_win,
+                concurrent_claimers_take_each_task_once,
+                wakeups_reach_other_processes_where_supported,
             );
         }
     };

@@ -1,0 +1,917 @@
+//! The PostgreSQL backend: many worker nodes on one database.
+//!
+//! - Claims are one statement: a `SELECT ... FOR UPDATE SKIP LOCKED` over the partial
+//!   claim index, feeding an `UPDATE ... RETURNING` and the attempt-history insert, so
+//!   concurrent claimers never wait on each other's rows and never take the same task.
+//! - Every write statement takes the clock override as `$1` and uses
+//!   `COALESCE($1, now())`: `now()` is the transaction's start time, the same for every
+//!   statement of one transaction.
+//! - `NOTIFY tenax_wake` (payload: the queue name, never task data) is sent in the
+//!   transaction that makes a task due; every node's listener turns it into a wake-up.
+//!   It is a hint only: workers poll anyway, and a listener that loses its connection
+//!   reconnects with jittered backoff and then wakes its workers once, since
+//!   notifications sent meanwhile are lost.
+//! - Each call runs under a client-side timeout, and sessions carry `statement_timeout`
+//!   and `idle_in_transaction_session_timeout`, so a silently dead connection surfaces
+//!   as a transient error (sqlx cannot set TCP keepalive); the worker's self-fencing
+//!   covers the rest.
+//! - `?schema=NAME` in the URL keeps Tenax's tables (and migration history) in that
+//!   schema, so several applications can share one database.
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row, Transaction};
+use tenax_core::{
+    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
+    TaskStatus,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::common::{
+    compensation_task_no, duration_ms, existing_or_conflict, refusal, split_ref, truncate_error,
+    validate_insert,
+};
+use crate::error::{Result, StorageError};
+use crate::params::*;
+use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
+
+mod rows;
+
+use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The notification channel of wake-ups.
+pub const WAKE_CHANNEL: &str = "tenax_wake";
+
+/// Options of the PostgreSQL backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgConfig {
+    /// Pooled connections per process. Defaults to 10.
+    pub max_connections: u32,
+    /// Longest wait for a pooled connection. Defaults to 10 seconds.
+    pub acquire_timeout: Duration,
+    /// Longest a storage call may take before it fails as transient (client side) and
+    /// `statement_timeout` (server side). Defaults to 30 seconds.
+    pub call_timeout: Duration,
+    /// Listen for wake-ups from other processes. Defaults to `true`.
+    pub listen: bool,
+}
+
+impl Default for PgConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(30),
+            listen: true,
+        }
+    }
+}
+
+/// Tenax on PostgreSQL.
+#[derive(Debug)]
+pub struct PgStorage {
+    pool: PgPool,
+    schema: Option<String>,
+    wake: watch::Sender<u64>,
+    call_timeout: Duration,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Drop for PgStorage {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+    }
+}
+
+/// Split `schema=NAME` off a URL's query string.
+fn take_schema(url: &str) -> Result<(String, Option<String>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.strip_prefix("schema=") {
+            Some(name) => schema = Some(name.to_owned()),
+            None => rest.push(pair),
+        }
+    }
+    if let Some(name) = &schema {
+        let valid = !name.is_empty()
+            && name.len() <= 63
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(InvalidInput::new(
+                "schema",
+                format!("{name:?}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit"),
+            )
+            .into());
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, schema))
+}
+
+impl PgStorage {
+    /// Connect with defaults. Does not migrate: call [`Storage::migrate`], or use
+    /// [`crate::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &PgConfig::default()).await
+    }
+
+    /// Connect with explicit options.
+    pub async fn connect_with(url: &str, config: &PgConfig) -> Result<Self> {
+        let (url, schema) = take_schema(url)?;
+        let timeout_ms = config.call_timeout.as_millis().to_string();
+        let mut options = PgConnectOptions::from_str(&url)
+            .map_err(|e| InvalidInput::new("database URL", e.to_string()))?
+            .application_name("tenax")
+            .options([
+                ("statement_timeout", timeout_ms.as_str()),
+                ("idle_in_transaction_session_timeout", timeout_ms.as_str()),
+                ("lock_timeout", timeout_ms.as_str()),
+            ]);
+        if let Some(schema) = &schema {
+            options = options.options([("search_path", schema.as_str())]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections.max(1))
+            .acquire_timeout(config.acquire_timeout)
+            .connect_with(options)
+            .await
+            .map_err(map_err)?;
+        let (wake, _) = watch::channel(0);
+        let mut storage = Self {
+            pool,
+            schema,
+            wake,
+            call_timeout: config.call_timeout,
+            listener: None,
+        };
+        if config.listen {
+            storage.listener = Some(tokio::spawn(listen(
+                storage.pool.clone(),
+                storage.wake.clone(),
+            )));
+        }
+        Ok(storage)
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Run a storage call under the client-side timeout.
+    async fn timed<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Transient(
+                format!("no answer from PostgreSQL within {:?}", self.call_timeout).into(),
+            )),
+        }
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    fn wake(&self) {
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Keep a LISTEN connection; every notification (or reconnection) bumps `wake`.
+async fn listen(pool: PgPool, wake: watch::Sender<u64>) {
+    let mut failures = 0u32;
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(error = %e, "wake-up listener cannot connect; workers keep polling");
+                backoff(failures).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(WAKE_CHANNEL).await {
+            failures = failures.saturating_add(1);
+            tracing::warn!(error = %e, "LISTEN failed; workers keep polling");
+            backoff(failures).await;
+            continue;
+        }
+        // Notifications sent while we were away are lost: look once.
+        if failures > 0 {
+            wake.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(_)) => wake.send_modify(|n| *n = n.wrapping_add(1)),
+                Ok(None) | Err(_) => {
+                    tracing::warn!("wake-up listener lost its connection; reconnecting");
+                    failures = 1;
+                    break;
+                }
+            }
+        }
+        backoff(failures).await;
+    }
+}
+
+async fn backoff(failures: u32) {
+    let ceiling = 100u64.saturating_mul(1 << failures.min(6)).min(5_000);
+    let wait = rand::rng().random_range(ceiling / 2..=ceiling);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+}
+
+/// Map a sqlx error to the normalised kinds.
+pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
+    match &err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            // 40001 serialization failure, 40P01 deadlock, 55P03 lock not available,
+            // 57014 statement timeout, 57P0x shutdown / cannot connect now, 08xxx
+            // connection exceptions, 53xxx insufficient resources.
+            let transient = matches!(code.as_str(), "40001" | "40P01" | "55P03" | "57014")
+                || code.starts_with("57P")
+                || code.starts_with("08")
+                || code.starts_with("53");
+            if transient {
+                StorageError::Transient(Box::new(err))
+            } else {
+                StorageError::Database(Box::new(err))
+            }
+        }
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => StorageError::Transient(Box::new(err)),
+        _ => StorageError::Database(Box::new(err)),
+    }
+}
+
+const NOW: &str = "COALESCE($1::timestamptz, now())";
+
+async fn notify(tx: &mut Transaction<'static, Postgres>, queue: &str) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(WAKE_CHANNEL)
+        .bind(queue)
+        .execute(&mut **tx)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}
+
+async fn fetch_ref(
+    executor: impl sqlx::PgExecutor<'_>,
+    task: &TaskRef,
+) -> Result<Option<TaskRecord>> {
+    let (by_id, by_no) = split_ref(task);
+    let row = sqlx::query(&format!(
+        "SELECT {TASK_COLUMNS} FROM tenax_tasks
+         WHERE ($1::bigint IS NOT NULL AND id = $1) OR ($2::text IS NOT NULL AND task_no = $2)"
+    ))
+    .bind(by_id)
+    .bind(by_no)
+    .fetch_optional(executor)
+    .await
+    .map_err(map_err)?;
+    row.as_ref().map(task_from_row).transpose()
+}
+
+async fn close_attempt(
+    tx: &mut Transaction<'static, Postgres>,
+    now: Option<DateTime<Utc>>,
+    lease: Lease,
+    outcome: AttemptOutcome,
+    error: Option<&str>,
+) -> Result<()> {
+    sqlx::query(&format!(
+        "UPDATE tenax_attempts SET finished_at = {NOW}, outcome = $2, error = $3
+         WHERE task_id = $4 AND epoch = $5 AND outcome = 'running'"
+    ))
+    .bind(now)
+    .bind(outcome.as_str())
+    .bind(error)
+    .bind(lease.id.0)
+    .bind(lease.epoch)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Record what a finished compensation means for the task it compensates.
+async fn record_compensation(
+    tx: &mut Transaction<'static, Postgres>,
+    now: Option<DateTime<Utc>>,
+    parent: Option<TaskId>,
+    state: CompensationState,
+) -> Result<()> {
+    let Some(parent) = parent else {
+        return Ok(());
+    };
+    sqlx::query(&format!(
+        "UPDATE tenax_tasks SET compensation = $2, updated_at = {NOW}
+         WHERE id = $3 AND compensation = 'pending'"
+    ))
+    .bind(now)
+    .bind(state.as_str())
+    .bind(parent.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// After a task died: schedule its compensation (a linked task, in this transaction),
+/// or, for a compensation task, record that the compensation failed.
+async fn on_death(
+    tx: &mut Transaction<'static, Postgres>,
+    now: Option<DateTime<Utc>>,
+    dead: &TaskRecord,
+) -> Result<()> {
+    match dead.kind {
+        TaskKind::Execute => {
+            sqlx::query(&format!(
+                "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
+                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
+                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW})
+                 ON CONFLICT (task_no) DO NOTHING"
+            ))
+            .bind(now)
+            .bind(compensation_task_no(dead))
+            .bind(dead.id.0)
+            .bind(&dead.command_type)
+            .bind(&dead.payload)
+            .bind(&dead.queue)
+            .bind(i16::from(dead.priority.get()))
+            .bind(i32::try_from(dead.max_attempts).unwrap_or(i32::MAX))
+            .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
+            .bind(&dead.last_error)
+            .execute(&mut **tx)
+            .await
+            .map_err(map_err)?;
+            notify(tx, &dead.queue).await
+        }
+        TaskKind::Compensate => {
+            record_compensation(tx, now, dead.parent_id, CompensationState::Failed).await
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for PgStorage {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cross_process_wakeups: self.listener.is_some(),
+        }
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        if let Some(schema) = &self.schema {
+            // The name was validated in take_schema: [a-z0-9_] only.
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+        }
+        // sqlx takes an advisory lock: N nodes starting together migrate once.
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StorageError::Migration(e.to_string()))
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        self.timed(async {
+            sqlx::query_scalar("SELECT now()")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)
+        })
+        .await
+    }
+
+    fn wakeups(&self) -> WakeReceiver {
+        self.wake.subscribe()
+    }
+
+    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
+        let payload = validate_insert(params)?;
+        let (run_at, delay_ms) = match params.run_at {
+            RunAt::Now => (None, 0),
+            RunAt::In(delay) => (None, duration_ms(delay)),
+            RunAt::At(at) => (Some(at), 0),
+        };
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let inserted = sqlx::query(&format!(
+                "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
+                     max_attempts, run_at, timeout_ms, created_at, updated_at)
+                 VALUES ($2, 'execute', $3, $4, $5, $6, 'pending', $7,
+                         COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW})
+                 ON CONFLICT (task_no) DO NOTHING
+                 RETURNING {TASK_COLUMNS}, (run_at <= {NOW}) AS due"
+            ))
+            .bind(params.now)
+            .bind(params.task_no.as_str())
+            .bind(&params.command_type)
+            .bind(&params.payload)
+            .bind(&params.queue)
+            .bind(i16::from(params.priority.get()))
+            .bind(i32::try_from(params.max_attempts).unwrap_or(i32::MAX))
+            .bind(run_at)
+            .bind(delay_ms as f64)
+            .bind(duration_ms(params.timeout))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if let Some(row) = inserted {
+                let task = task_from_row(&row)?;
+                if row.try_get::<bool, _>("due").map_err(map_err)? {
+                    notify(&mut tx, &task.queue).await?;
+                }
+                tx.commit().await.map_err(map_err)?;
+                self.wake();
+                return Ok(TaskInserted {
+                    task,
+                    created: true,
+                });
+            }
+            // ON CONFLICT waited for any concurrent insert of this number to commit;
+            // this statement's snapshot sees it.
+            let existing = fetch_ref(&mut *tx, &TaskRef::No(params.task_no.clone()))
+                .await?
+                .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
+            tx.commit().await.map_err(map_err)?;
+            existing_or_conflict(existing, params, &payload)
+        })
+        .await
+    }
+
+    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
+        self.timed(fetch_ref(&self.pool, task)).await
+    }
+
+    async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
+        self.timed(async {
+            let rows = sqlx::query(&format!(
+                "SELECT {TASK_COLUMNS} FROM tenax_tasks
+                 WHERE ($1::text IS NULL OR status = $1)
+                   AND ($2::text IS NULL OR command_type = $2)
+                   AND ($3::text IS NULL OR queue = $3)
+                   AND ($4::bigint IS NULL OR id < $4)
+                 ORDER BY id DESC
+                 LIMIT $5"
+            ))
+            .bind(params.status.map(TaskStatus::as_str))
+            .bind(params.command_type.as_deref())
+            .bind(params.queue.as_deref())
+            .bind(params.before_id.map(|id| id.0))
+            .bind(i64::from(params.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+            rows.iter().map(task_from_row).collect()
+        })
+        .await
+    }
+
+    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>> {
+        self.timed(async {
+            let rows = sqlx::query(
+                "SELECT task_id, epoch, attempt, worker, started_at, finished_at, outcome, error
+                 FROM tenax_attempts WHERE task_id = $1 ORDER BY epoch",
+            )
+            .bind(id.0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+            rows.iter().map(attempt_from_row).collect()
+        })
+        .await
+    }
+
+    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.timed(async {
+            // One statement: rows locked by another claimer are skipped, not waited for.
+            let rows = sqlx::query(&format!(
+                "WITH due AS (
+                     SELECT id FROM tenax_tasks
+                     WHERE status IN ('pending', 'retrying') AND run_at <= {NOW}
+                       AND queue = ANY($2) AND command_type = ANY($3)
+                     ORDER BY priority DESC, run_at, id
+                     LIMIT $4
+                     FOR UPDATE SKIP LOCKED
+                 ), claimed AS (
+                     UPDATE tenax_tasks t
+                     SET status = 'running', attempt = t.attempt + 1, lease_epoch = t.lease_epoch + 1,
+                         lease_owner = $5,
+                         lease_expires_at = {NOW} + $6::float8 * interval '1 millisecond',
+                         started_at = COALESCE(t.started_at, {NOW}), updated_at = {NOW}
+                     FROM due WHERE t.id = due.id
+                     RETURNING t.*
+                 ), history AS (
+                     INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
+                     SELECT id, lease_epoch, attempt, lease_owner, {NOW}, 'running' FROM claimed
+                 ), trimmed AS (
+                     DELETE FROM tenax_attempts a USING claimed c
+                     WHERE a.task_id = c.id AND a.epoch <= c.lease_epoch - $7
+                 )
+                 SELECT {TASK_COLUMNS} FROM claimed
+                 ORDER BY priority DESC, run_at, id"
+            ))
+            .bind(params.now)
+            .bind(&params.queues)
+            .bind(&params.command_types)
+            .bind(i64::from(params.limit))
+            .bind(&params.worker)
+            .bind(duration_ms(params.lease_ttl) as f64)
+            .bind(ATTEMPT_HISTORY_LEN)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+            rows.iter().map(task_from_row).collect()
+        })
+        .await
+    }
+
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+        if params.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = params.leases.iter().map(|l| l.id.0).collect();
+        let epochs: Vec<i64> = params.leases.iter().map(|l| l.epoch).collect();
+        self.timed(async {
+            let renewed: Vec<i64> = sqlx::query_scalar(&format!(
+                "UPDATE tenax_tasks t
+                 SET lease_expires_at = {NOW} + $2::float8 * interval '1 millisecond', updated_at = {NOW}
+                 FROM unnest($3::bigint[], $4::bigint[]) AS l(id, epoch)
+                 WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.status = 'running'
+                 RETURNING t.id"
+            ))
+            .bind(params.now)
+            .bind(duration_ms(params.lease_ttl) as f64)
+            .bind(&ids)
+            .bind(&epochs)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+            Ok(renewed.into_iter().map(TaskId).collect())
+        })
+        .await
+    }
+
+    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let row = sqlx::query(&format!(
+                "UPDATE tenax_tasks
+                 SET status = 'succeeded', result = $2, finished_at = {NOW}, updated_at = {NOW},
+                     lease_owner = NULL, lease_expires_at = NULL
+                 WHERE id = $3 AND status = 'running' AND lease_epoch = $4
+                 RETURNING kind, parent_id"
+            ))
+            .bind(params.now)
+            .bind(params.result.as_deref())
+            .bind(params.lease.id.0)
+            .bind(params.lease.epoch)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let Some(row) = row else {
+                tx.rollback().await.map_err(map_err)?;
+                return Ok(false);
+            };
+            let kind: String = row.try_get("kind").map_err(map_err)?;
+            let parent: Option<i64> = row.try_get("parent_id").map_err(map_err)?;
+            close_attempt(
+                &mut tx,
+                params.now,
+                params.lease,
+                AttemptOutcome::Succeeded,
+                None,
+            )
+            .await?;
+            if kind == TaskKind::Compensate.as_str() {
+                record_compensation(&mut tx, params.now, parent.map(TaskId), params.compensation)
+                    .await?;
+            }
+            tx.commit().await.map_err(map_err)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
+        let error = truncate_error(&params.error);
+        let (wants_death, delay_ms, refund) = match params.next {
+            FailNext::Retry(delay) => (false, duration_ms(delay), 0i32),
+            FailNext::Dead => (true, 0, 0),
+            FailNext::HandBack => (false, 0, 1),
+        };
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            // A task out of attempts dies even if the caller asked for a retry; a
+            // hand-back refunds the attempt first, so it never kills a task.
+            let row = sqlx::query(&format!(
+                "UPDATE tenax_tasks
+                 SET status = CASE WHEN $2 OR attempt - $7 >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                     attempt = attempt - $7,
+                     run_at = {NOW} + $3::float8 * interval '1 millisecond',
+                     last_error = $4, updated_at = {NOW},
+                     lease_owner = NULL, lease_expires_at = NULL,
+                     finished_at = CASE WHEN $2 OR attempt - $7 >= max_attempts THEN {NOW} END,
+                     compensation = CASE WHEN ($2 OR attempt - $7 >= max_attempts) AND kind = 'execute'
+                                         THEN 'pending' ELSE compensation END
+                 WHERE id = $5 AND status = 'running' AND lease_epoch = $6
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(params.now)
+            .bind(wants_death)
+            .bind(delay_ms as f64)
+            .bind(&error)
+            .bind(params.lease.id.0)
+            .bind(params.lease.epoch)
+            .bind(refund)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let Some(row) = row else {
+                tx.rollback().await.map_err(map_err)?;
+                return Ok(false);
+            };
+            let task = task_from_row(&row)?;
+            let dead = task.status == TaskStatus::Dead;
+            let outcome = if dead {
+                AttemptOutcome::Dead
+            } else {
+                AttemptOutcome::Failed
+            };
+            close_attempt(&mut tx, params.now, params.lease, outcome, Some(&error)).await?;
+            if dead {
+                on_death(&mut tx, params.now, &task).await?;
+            } else if delay_ms == 0 {
+                notify(&mut tx, &task.queue).await?;
+            }
+            tx.commit().await.map_err(map_err)?;
+            self.wake();
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            // The expiry is checked again in the UPDATE's own WHERE (a completion that
+            // commits first always wins), and rows another reaper holds are skipped.
+            let rows = sqlx::query(&format!(
+                "UPDATE tenax_tasks
+                 SET status = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                     run_at = {NOW},
+                     last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
+                     finished_at = CASE WHEN attempt >= max_attempts THEN {NOW} END,
+                     compensation = CASE WHEN attempt >= max_attempts AND kind = 'execute'
+                                         THEN 'pending' ELSE compensation END,
+                     lease_owner = NULL, lease_expires_at = NULL, updated_at = {NOW}
+                 WHERE id IN (SELECT id FROM tenax_tasks
+                              WHERE status = 'running' AND lease_expires_at < {NOW}
+                              ORDER BY lease_expires_at LIMIT $2
+                              FOR UPDATE SKIP LOCKED)
+                   AND status = 'running' AND lease_expires_at < {NOW}
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(params.now)
+            .bind(i64::from(params.limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+            for task in &tasks {
+                let lease = Lease {
+                    id: task.id,
+                    epoch: task.lease_epoch,
+                };
+                close_attempt(
+                    &mut tx,
+                    params.now,
+                    lease,
+                    AttemptOutcome::LeaseExpired,
+                    task.last_error.as_deref(),
+                )
+                .await?;
+                if task.status == TaskStatus::Dead {
+                    on_death(&mut tx, params.now, task).await?;
+                } else {
+                    notify(&mut tx, &task.queue).await?;
+                }
+            }
+            tx.commit().await.map_err(map_err)?;
+            if !tasks.is_empty() {
+                self.wake();
+            }
+            Ok(tasks
+                .into_iter()
+                .map(|t| ReapedTask {
+                    id: t.id,
+                    status: t.status,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let (by_id, by_no) = split_ref(&params.task);
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let row = sqlx::query(&format!(
+                "UPDATE tenax_tasks SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}
+                 WHERE (id = $2 OR task_no = $3) AND status IN ('pending', 'retrying', 'blocked')
+                   AND kind = 'execute'
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(params.now)
+            .bind(by_id)
+            .bind(by_no)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if let Some(row) = row {
+                let task = task_from_row(&row)?;
+                tx.commit().await.map_err(map_err)?;
+                return Ok(task);
+            }
+            let current = fetch_ref(&mut *tx, &params.task).await?;
+            tx.rollback().await.map_err(map_err)?;
+            if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
+                // The compensated task would wait for it forever.
+                return Err(StorageError::InvalidState {
+                    task: params.task.to_string(),
+                    status: task.status,
+                    action: "cancel a compensation",
+                });
+            }
+            Err(refusal(&params.task, current, "cancel it"))
+        })
+        .await
+    }
+
+    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let (by_id, by_no) = split_ref(&params.task);
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            // A dead task whose compensation still runs is not retried: undoing and
+            // redoing at the same time would race.
+            let row = sqlx::query(&format!(
+                "UPDATE tenax_tasks
+                 SET status = 'pending', attempt = 0, run_at = {NOW}, finished_at = NULL,
+                     compensation = NULL, result = NULL, updated_at = {NOW}
+                 WHERE (id = $2 OR task_no = $3) AND status = 'dead'
+                   AND (compensation IS NULL OR compensation != 'pending')
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(params.now)
+            .bind(by_id)
+            .bind(by_no)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if let Some(row) = row {
+                let task = task_from_row(&row)?;
+                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
+                    // The compensation runs again: its parent waits for it again.
+                    sqlx::query(&format!(
+                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = {NOW}
+                         WHERE id = $2 AND compensation = 'failed'"
+                    ))
+                    .bind(params.now)
+                    .bind(parent.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                }
+                notify(&mut tx, &task.queue).await?;
+                tx.commit().await.map_err(map_err)?;
+                self.wake();
+                return Ok(task);
+            }
+            let current = fetch_ref(&mut *tx, &params.task).await?;
+            tx.rollback().await.map_err(map_err)?;
+            if let Some(task) = current.as_ref().filter(|t| t.status == TaskStatus::Dead) {
+                return Err(StorageError::InvalidState {
+                    task: params.task.to_string(),
+                    status: task.status,
+                    action: "retry it while its compensation runs",
+                });
+            }
+            Err(refusal(&params.task, current, "retry it"))
+        })
+        .await
+    }
+
+    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
+        self.timed(async {
+            let deleted: i64 = sqlx::query_scalar(&format!(
+                "WITH gone AS (
+                     DELETE FROM tenax_tasks
+                     WHERE id IN (SELECT id FROM tenax_tasks
+                                  WHERE status IN ('succeeded', 'dead', 'cancelled')
+                                    AND finished_at < {NOW} - $2::float8 * interval '1 millisecond'
+                                    AND (compensation IS NULL OR compensation != 'pending')
+                                  ORDER BY finished_at LIMIT $3
+                                  FOR UPDATE SKIP LOCKED)
+                     RETURNING id
+                 ), history AS (
+                     DELETE FROM tenax_attempts WHERE task_id IN (SELECT id FROM gone)
+                 )
+                 SELECT COUNT(*) FROM gone"
+            ))
+            .bind(params.now)
+            .bind(duration_ms(params.retention) as f64)
+            .bind(i64::from(params.limit))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+            Ok(u64::try_from(deleted).unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.timed(async {
+            let rows = sqlx::query(
+                "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
+                 GROUP BY command_type, status ORDER BY command_type, status",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+            let mut stats = Stats::default();
+            for row in &rows {
+                let command_type: String = row.try_get("command_type").map_err(map_err)?;
+                let status: String = row.try_get("status").map_err(map_err)?;
+                let status: TaskStatus = status.parse()?;
+                let n = u64::try_from(row.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(0);
+                stats.by_type.push((command_type, status, n));
+                match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
+                    Some((_, total)) => *total += n,
+                    None => stats.by_status.push((status, n)),
+                }
+            }
+            stats.by_status.sort();
+            let oldest_ms: Option<f64> = sqlx::query_scalar(
+                "SELECT EXTRACT(EPOCH FROM (now() - MIN(run_at)))::float8 * 1000 FROM tenax_tasks
+                 WHERE status IN ('pending', 'retrying') AND run_at <= now()",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+            stats.oldest_due_age = oldest_ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64));
+            Ok(stats)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_schema;
+
+    #[test]
+    fn schema_is_taken_from_the_url_and_validated() {
+        let (url, schema) = take_schema("postgres://h/db?schema=app_1&sslmode=disable").unwrap();
+        assert_eq!(url, "postgres://h/db?sslmode=disable");
+        assert_eq!(schema.as_deref(), Some("app_1"));
+        assert_eq!(take_schema("postgres://h/db").unwrap().1, None);
+        assert!(take_schema("postgres://h/db?schema=x;drop").is_err());
+        assert!(take_schema("postgres://h/db?schema=Upper").is_err());
+    }
+}

@@ -1,0 +1,83 @@
+//! Decoding PostgreSQL rows into domain records.
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use tenax_core::{
+    AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
+    TaskRecord,
+};
+
+use super::map_err;
+use crate::error::{Result, StorageError};
+
+/// The columns every task query selects, in [`task_from_row`]'s terms.
+pub(super) const TASK_COLUMNS: &str =
+    "id, task_no, kind, parent_id, command_type, payload, queue, \
+     priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
+     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at";
+
+fn u32_of(value: i32, column: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| StorageError::Corrupt(format!("{column} = {value}")))
+}
+
+pub(super) fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
+    let kind: String = row.try_get("kind").map_err(map_err)?;
+    let compensation: Option<String> = row.try_get("compensation").map_err(map_err)?;
+    let priority: i16 = row.try_get("priority").map_err(map_err)?;
+    let status: String = row.try_get("status").map_err(map_err)?;
+    Ok(TaskRecord {
+        id: TaskId(row.try_get("id").map_err(map_err)?),
+        task_no: TaskNo::from_stored(row.try_get("task_no").map_err(map_err)?),
+        kind: TaskKind::parse(&kind)
+            .ok_or_else(|| StorageError::Corrupt(format!("kind = {kind:?}")))?,
+        parent_id: row
+            .try_get::<Option<i64>, _>("parent_id")
+            .map_err(map_err)?
+            .map(TaskId),
+        command_type: row.try_get("command_type").map_err(map_err)?,
+        payload: row.try_get("payload").map_err(map_err)?,
+        queue: row.try_get("queue").map_err(map_err)?,
+        priority: u8::try_from(priority)
+            .ok()
+            .and_then(|p| Priority::new(p).ok())
+            .ok_or_else(|| StorageError::Corrupt(format!("priority = {priority}")))?,
+        status: status.parse()?,
+        attempt: u32_of(row.try_get("attempt").map_err(map_err)?, "attempt")?,
+        max_attempts: u32_of(
+            row.try_get("max_attempts").map_err(map_err)?,
+            "max_attempts",
+        )?,
+        lease_epoch: row.try_get("lease_epoch").map_err(map_err)?,
+        lease_owner: row.try_get("lease_owner").map_err(map_err)?,
+        lease_expires_at: row.try_get("lease_expires_at").map_err(map_err)?,
+        run_at: row.try_get("run_at").map_err(map_err)?,
+        timeout_ms: u64::try_from(row.try_get::<i64, _>("timeout_ms").map_err(map_err)?)
+            .unwrap_or(0),
+        last_error: row.try_get("last_error").map_err(map_err)?,
+        result: row.try_get("result").map_err(map_err)?,
+        compensation: compensation
+            .map(|c| {
+                CompensationState::parse(&c)
+                    .ok_or_else(|| StorageError::Corrupt(format!("compensation = {c:?}")))
+            })
+            .transpose()?,
+        created_at: row.try_get("created_at").map_err(map_err)?,
+        updated_at: row.try_get("updated_at").map_err(map_err)?,
+        started_at: row.try_get("started_at").map_err(map_err)?,
+        finished_at: row.try_get("finished_at").map_err(map_err)?,
+    })
+}
+
+pub(super) fn attempt_from_row(row: &PgRow) -> Result<AttemptRecord> {
+    let outcome: String = row.try_get("outcome").map_err(map_err)?;
+    Ok(AttemptRecord {
+        task_id: TaskId(row.try_get("task_id").map_err(map_err)?),
+        epoch: row.try_get("epoch").map_err(map_err)?,
+        attempt: u32_of(row.try_get("attempt").map_err(map_err)?, "attempt")?,
+        worker: row.try_get("worker").map_err(map_err)?,
+        started_at: row.try_get("started_at").map_err(map_err)?,
+        finished_at: row.try_get("finished_at").map_err(map_err)?,
+        outcome: AttemptOutcome::parse(&outcome)
+            .ok_or_else(|| StorageError::Corrupt(format!("outcome = {outcome:?}")))?,
+        error: row.try_get("error").map_err(map_err)?,
+    })
+}
