@@ -131,3 +131,20 @@ impl Command for BankOpenAccount {
         self.retry
     }
 }
+
+/// `NOOP`: does nothing and succeeds; for benchmarks and fleet tests.
+pub(crate) struct Noop;
+
+impl Command for Noop {
+    const TYPE: &'static str = "NOOP";
+    type Context = serde_json::Value;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        _ctx: serde_json::Value,
+        _task: &TaskContext,
+    ) -> Result<(), CommandError> {
+        Ok(())
+    }
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 mod bank;
+mod bench;
 mod demo;
 mod tasks;
 mod worker;
@@ -18,7 +19,8 @@ mod worker;
 #[derive(Debug, Parser)]
 #[command(name = "tenax", version, about, propagate_version = true)]
 struct Cli {
-    /// Database URL (`sqlite://PATH`; the file is created when missing).
+    /// Database URL: `sqlite://PATH` (created when missing), `postgres://...[?schema=NAME]`
+    /// or `mysql://...` / `mariadb://...`.
     #[arg(
         long,
         global = true,
@@ -45,7 +47,10 @@ enum Commands {
     Stats,
     /// Apply pending schema migrations.
     Migrate,
-    /// Run a worker for the built-in demo commands until interrupted.
+    /// Measure against a real backend.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP) until interrupted.
     Worker(worker::WorkerArgs),
 }
 
@@ -87,6 +92,10 @@ fn init_tracing(default: &str) {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Commands::Demo(args) => demo::run(args).await,
+        Commands::Bench(command) => {
+            init_tracing("warn");
+            bench::run(&cli.database_url, command).await
+        }
         Commands::Worker(args) => {
             init_tracing("info");
             worker::run(&cli.database_url, args).await
@@ -102,7 +111,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("schema of {} is up to date", cli.database_url);
                     Ok(())
                 }
-                Commands::Demo(_) | Commands::Worker(_) => Ok(()),
+                Commands::Demo(_) | Commands::Worker(_) | Commands::Bench(_) => Ok(()),
             }
         }
     }

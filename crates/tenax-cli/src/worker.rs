@@ -7,7 +7,9 @@ use clap::Args;
 use tenax::{Registry, RetryPolicy, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::bank::{BankBehaviour, BankOpenAccount, FlakyBank};
+use tenax::Command;
+
+use crate::bank::{BankBehaviour, BankOpenAccount, FlakyBank, Noop};
 use crate::parse_duration;
 
 #[derive(Debug, Clone, Args)]
@@ -33,6 +35,10 @@ pub(crate) struct WorkerArgs {
     /// Record every execution in this execution-ledger file (for tests).
     #[arg(long, value_name = "PATH")]
     ledger: Option<PathBuf>,
+    /// Built-in commands to register (repeat for several): BANK_OPEN_ACCOUNT, NOOP.
+    /// Defaults to all of them.
+    #[arg(long = "command", value_name = "TYPE")]
+    commands: Vec<String>,
     #[command(flatten)]
     pub(crate) bank: BankArgs,
 }
@@ -68,6 +74,27 @@ impl BankArgs {
             bank,
             retry: RetryPolicy::exponential(self.backoff_base, self.backoff_cap),
         })?;
+        Ok(registry)
+    }
+
+    /// The demo registry plus the other built-ins, limited to `only` when not empty.
+    fn registry_of(&self, only: &[String]) -> anyhow::Result<Registry> {
+        const KNOWN: [&str; 2] = [BankOpenAccount::TYPE, Noop::TYPE];
+        if let Some(unknown) = only.iter().find(|c| !KNOWN.contains(&c.as_str())) {
+            anyhow::bail!(
+                "unknown built-in command {unknown:?} (known: {})",
+                KNOWN.join(", ")
+            );
+        }
+        let wanted = |name: &str| only.is_empty() || only.iter().any(|c| c == name);
+        let mut registry = if wanted(BankOpenAccount::TYPE) {
+            self.registry()?
+        } else {
+            Registry::new()
+        };
+        if wanted(Noop::TYPE) {
+            registry.register(Noop)?;
+        }
         Ok(registry)
     }
 }
@@ -116,7 +143,11 @@ pub(crate) fn shutdown_on_signal() -> CancellationToken {
 
 pub(crate) async fn run(database_url: &str, args: WorkerArgs) -> anyhow::Result<()> {
     let storage = tenax::storage::connect(database_url).await?;
-    let mut worker = Worker::new(storage, args.bank.registry()?, args.config())?;
+    let mut worker = Worker::new(
+        storage,
+        args.bank.registry_of(&args.commands)?,
+        args.config(),
+    )?;
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_testkit::Ledger::open(path).await?));
     }

@@ -178,6 +178,19 @@ impl PgStorage {
         &self.pool
     }
 
+    /// Drop a schema and everything in it (for benchmarks and tests that made it).
+    pub async fn drop_schema(&self, schema: &str) -> Result<()> {
+        let (_, checked) = take_schema(&format!("postgres://x/y?schema={schema}"))?;
+        let Some(schema) = checked else {
+            return Ok(());
+        };
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
     /// Run a storage call under the client-side timeout.
     async fn timed<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         match tokio::time::timeout(self.call_timeout, call).await {
