@@ -48,6 +48,9 @@ struct Held {
     deadline: watch::Sender<Instant>,
     /// Cancelled when the heartbeat learns the lease is lost.
     lost: CancellationToken,
+    /// Set once the handler has stopped and its outcome is being written: a renewal
+    /// that finds the task finished is then expected, not a lost lease.
+    finishing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct Shared {
@@ -354,12 +357,14 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     };
     let (deadline_tx, deadline_rx) = watch::channel(deadline);
     let lost = CancellationToken::new();
+    let finishing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     shared.held().insert(
         task.id,
         Held {
             epoch: task.lease_epoch,
             deadline: deadline_tx,
             lost: lost.clone(),
+            finishing: finishing.clone(),
         },
     );
     let cancellation = CancellationToken::new();
@@ -400,6 +405,7 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         &cancellation,
     )
     .await;
+    finishing.store(true, std::sync::atomic::Ordering::SeqCst);
     let observed = match &ended {
         Ended::Returned(Ok(_)) => ExecutionOutcome::Succeeded,
         Ended::Fenced(_) => ExecutionOutcome::Fenced,
@@ -677,6 +683,8 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
                     };
                     if ids.contains(&lease.id) {
                         entry.deadline.send_replace(deadline);
+                    } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst) {
+                        debug!(task.id = %lease.id, "not renewed: its outcome was just written");
                     } else {
                         warn!(task.id = %lease.id, epoch = lease.epoch, "lease lost; stopping the handler");
                         entry.lost.cancel();

@@ -2,7 +2,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::Row;
 use tenax_core::{ExecutionHook, ExecutionOutcome, HookFuture, TaskContext};
 
@@ -76,6 +78,9 @@ impl Ledger {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            // Durable against a killed process (what the tests do), not against power
+            // loss; without per-commit fsyncs the ledger keeps up with a fleet.
+            .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)

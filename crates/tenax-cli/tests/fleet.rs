@@ -1,0 +1,206 @@
+//! Many worker processes on one database: real `tenax worker` processes, checked
+//! against the execution ledger. PostgreSQL and MariaDB run when their
+//! `TENAX_TEST_*_URL` is set (CI sets both and requires them).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tenax::storage::TaskListParams;
+use tenax::{Client, TaskStatus};
+use tenax_storage::testing::{unique_name, url_from_env};
+use tenax_testkit::Ledger;
+
+fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["--database-url", url, "worker", "--command", command])
+        .args([
+            "--concurrency",
+            "10",
+            "--poll-interval",
+            "50ms",
+            "--lease-ttl",
+            "10s",
+        ])
+        .args(["--bank-failure-rate", "0", "--bank-latency", "1ms"])
+        .arg("--ledger")
+        .arg(ledger)
+        .env("TENAX_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start tenax worker")
+}
+
+fn stop(mut workers: Vec<Child>) {
+    for worker in &mut workers {
+        assert!(
+            worker.try_wait().unwrap().is_none(),
+            "a worker exited during the run"
+        );
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+    }
+}
+
+/// A database of its own on the backend, or `None` (skip).
+async fn fresh_database(backend: &str) -> Option<String> {
+    match backend {
+        "postgres" => {
+            let url = url_from_env("TENAX_TEST_POSTGRES_URL")?;
+            let separator = if url.contains('?') { '&' } else { '?' };
+            Some(format!(
+                "{url}{separator}schema={}",
+                unique_name("tenax_fleet")
+            ))
+        }
+        "mysql" => {
+            let url = url_from_env("TENAX_TEST_MYSQL_URL")?;
+            let name = unique_name("tenax_fleet");
+            mysql_database(&url, &name).await;
+            Some(tenax_storage::testing::with_database(&url, &name))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(feature = "mysql")]
+async fn mysql_database(url: &str, name: &str) {
+    tenax_storage::mysql::testing_database(url, name)
+        .await
+        .expect("create database");
+}
+
+#[cfg(not(feature = "mysql"))]
+async fn mysql_database(_url: &str, _name: &str) {
+    panic!("built without MariaDB support");
+}
+
+async fn enqueue_many(client: &Client, command: &str, prefix: &str, n: usize) {
+    let mut joins = Vec::new();
+    for part in 0..8 {
+        let client = client.clone();
+        let (command, prefix) = (command.to_owned(), prefix.to_owned());
+        joins.push(tokio::spawn(async move {
+            for i in (part..n).step_by(8) {
+                client
+                    .enqueue_raw(&command, &serde_json::json!({"customer": format!("c{i}"), "id_card": "12345678901234567"}))
+                    .task_no(format!("{prefix}-{i:05}"))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for join in joins {
+        join.await.unwrap();
+    }
+}
+
+async fn wait_succeeded(client: &Client, n: u64, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let done = client.stats().await.unwrap().count(TaskStatus::Succeeded);
+        if done == n {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "only {done} of {n} tasks succeeded within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn four_workers_process_ten_thousand_tasks(backend: &str) {
+    let Some(url) = fresh_database(backend).await else {
+        return;
+    };
+    const N: usize = 10_000;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&ledger_path).await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    enqueue_many(&client, "NOOP", "T", N).await;
+    let workers: Vec<Child> = (0..4)
+        .map(|_| spawn_worker(&url, &ledger_path, "NOOP"))
+        .collect();
+    let took = wait_succeeded(&client, N as u64, Duration::from_secs(240)).await;
+    stop(workers);
+    eprintln!(
+        "{backend}: 4 worker processes ran {N} tasks in {:.1} s ({:.0} tasks/s)",
+        took.as_secs_f64(),
+        N as f64 / took.as_secs_f64()
+    );
+    let report = ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{:#?}", report.overlaps.first());
+    assert_eq!(report.executions, N, "every task ran exactly once");
+    assert_eq!(report.tasks, N, "no task lost");
+    assert!(report.open.is_empty());
+    let pids: std::collections::HashSet<u32> = ledger
+        .executions()
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.pid)
+        .collect();
+    assert_eq!(pids.len(), 4, "all four processes took part");
+    let stats = client.stats().await.unwrap();
+    assert_eq!(stats.count(TaskStatus::Succeeded), N as u64);
+    assert_eq!(stats.total(), N as u64);
+}
+
+async fn a_mixed_fleet_runs_each_type_only_where_it_is_known(backend: &str) {
+    let Some(url) = fresh_database(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&ledger_path).await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    enqueue_many(&client, "NOOP", "noop", 200).await;
+    enqueue_many(&client, "BANK_OPEN_ACCOUNT", "bank", 200).await;
+    let noop_worker = spawn_worker(&url, &ledger_path, "NOOP");
+    let bank_worker = spawn_worker(&url, &ledger_path, "BANK_OPEN_ACCOUNT");
+    let (noop_pid, bank_pid) = (noop_worker.id(), bank_worker.id());
+    wait_succeeded(&client, 400, Duration::from_secs(120)).await;
+    stop(vec![noop_worker, bank_worker]);
+    let mut by_pid: HashMap<u32, usize> = HashMap::new();
+    for execution in ledger.executions().await.unwrap() {
+        let expected = if execution.task_no.starts_with("noop") {
+            noop_pid
+        } else {
+            bank_pid
+        };
+        assert_eq!(
+            execution.pid, expected,
+            "{} ran on the wrong worker",
+            execution.task_no
+        );
+        *by_pid.entry(execution.pid).or_default() += 1;
+    }
+    assert_eq!(by_pid.get(&noop_pid), Some(&200));
+    assert_eq!(by_pid.get(&bank_pid), Some(&200));
+    assert!(ledger.check().await.unwrap().is_clean());
+    let all = client
+        .list(&TaskListParams {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(all
+        .iter()
+        .all(|t| t.status == TaskStatus::Succeeded && t.attempt == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_four_workers_process_ten_thousand_tasks() {
+    four_workers_process_ten_thousand_tasks("postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_mixed_fleet() {
+    a_mixed_fleet_runs_each_type_only_where_it_is_known("postgres").await;
+}
