@@ -32,7 +32,8 @@ pub(crate) struct DemoArgs {
     /// Tasks run at once.
     #[arg(long, default_value_t = 20)]
     concurrency: u32,
-    /// The demo's SQLite file (in the current folder).
+    /// The demo's SQLite file (in the current folder). With a PostgreSQL
+    /// `--database-url`, the demo uses its own schema there instead.
     #[arg(long, default_value = "tenax-demo.db")]
     file: PathBuf,
     /// Kill the worker (SIGKILL) half way; run `tenax demo` again to finish.
@@ -88,14 +89,74 @@ fn remove_database(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
+/// Where the demo runs: a SQLite file of its own, or a schema/database of its own on
+/// the server the global `--database-url` names.
+enum Target {
+    File(PathBuf),
+    Postgres(String),
+}
+
+/// The schema the demo uses on PostgreSQL.
+const DEMO_SCHEMA: &str = "tenax_demo";
+
+impl Target {
+    fn new(database_url: &str, file: &std::path::Path) -> anyhow::Result<Self> {
+        if database_url.starts_with("postgres") {
+            if database_url.contains("schema=") {
+                anyhow::bail!(
+                    "the demo uses a schema of its own ({DEMO_SCHEMA}); drop ?schema= from the URL"
+                );
+            }
+            return Ok(Self::Postgres(database_url.to_owned()));
+        }
+        if database_url.starts_with("sqlite") {
+            return Ok(Self::File(file.to_owned()));
+        }
+        anyhow::bail!("the demo runs on SQLite (--file) or PostgreSQL, not on {database_url}")
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::File(file) => format!("sqlite://{}", file.display()),
+            Self::Postgres(base) => {
+                let separator = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{separator}schema={DEMO_SCHEMA}")
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::File(file) => file.display().to_string(),
+            Self::Postgres(_) => format!("PostgreSQL schema {DEMO_SCHEMA}"),
+        }
+    }
+
+    /// Start from nothing.
+    async fn reset(&self) -> anyhow::Result<()> {
+        match self {
+            Self::File(file) => remove_database(file),
+            Self::Postgres(base) => Ok(tenax::storage::postgres::PgStorage::connect(base)
+                .await?
+                .drop_schema(DEMO_SCHEMA)
+                .await?),
+        }
+    }
+}
+
+pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<()> {
     if args.tasks == 0 {
         anyhow::bail!("--tasks must be at least 1");
     }
-    let url = format!("sqlite://{}", args.file.display());
+    let target = Target::new(database_url, &args.file)?;
+    let url = target.url();
     let started = Instant::now();
-    // Resume a crashed run, if the demo file holds one.
-    if args.file.exists() && !args.crash {
+    // Resume a crashed run, if the demo's database holds one.
+    let resumable = match &target {
+        Target::File(file) => file.exists(),
+        Target::Postgres(_) => true,
+    };
+    if resumable && !args.crash {
         let client = Client::connect(&url).await?;
         let tasks = executions(&client).await?;
         let unfinished = tasks
@@ -106,7 +167,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
             println!(
                 "Resuming a crashed demo: {unfinished} of {} tasks are unfinished in {}.",
                 tasks.iter().filter(|t| t.kind == TaskKind::Execute).count(),
-                args.file.display()
+                target.describe()
             );
             println!("Tasks the killed worker was running come back when their {DEMO_LEASE:?} lease expires.");
             let expected = tasks.iter().filter(|t| t.kind == TaskKind::Execute).count();
@@ -114,12 +175,12 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
             return summary(&client, expected, started).await;
         }
     }
-    remove_database(&args.file)?;
+    target.reset().await?;
     let client = Client::connect(&url).await?;
     println!(
         "Enqueueing {} BANK_OPEN_ACCOUNT tasks into {} (bank: {:.0}% transient failures, ~{:?} per call; {:.0}% invalid id cards)",
         args.tasks,
-        args.file.display(),
+        target.describe(),
         args.bank.bank_failure_rate * 100.0,
         args.bank.bank_latency,
         args.invalid_rate * 100.0
@@ -131,7 +192,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
             .await?;
     }
     if args.crash {
-        return crash_half_way(&client, &args).await;
+        return crash_half_way(&client, &url, &args).await;
     }
     run_worker_in_process(&client, &args, args.tasks).await?;
     summary(&client, args.tasks, started).await
@@ -199,11 +260,10 @@ async fn run_worker_in_process(
     Ok(())
 }
 
-async fn crash_half_way(client: &Client, args: &DemoArgs) -> anyhow::Result<()> {
+async fn crash_half_way(client: &Client, url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the tenax binary")?;
-    let url = format!("sqlite://{}", args.file.display());
     let mut child = tokio::process::Command::new(exe)
-        .args(["--database-url", &url, "worker"])
+        .args(["--database-url", url, "worker"])
         .args(["--concurrency", &args.concurrency.to_string()])
         .args([
             "--lease-ttl",
@@ -264,6 +324,13 @@ async fn crash_half_way(client: &Client, args: &DemoArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
+fn target_url(client: &Client) -> &'static str {
+    match client.storage().backend() {
+        "sqlite" => "sqlite://tenax-demo.db",
+        _ => "<the same URL>?schema=tenax_demo",
+    }
+}
+
 async fn summary(client: &Client, expected: usize, started: Instant) -> anyhow::Result<()> {
     let tasks = executions(client).await?;
     let execute: Vec<_> = tasks
@@ -315,6 +382,9 @@ async fn summary(client: &Client, expected: usize, started: Instant) -> anyhow::
     if missing > 0 || unsettled > 0 || uncompensated > 0 {
         anyhow::bail!("the demo's check failed");
     }
-    println!("Inspect any task with `tenax --database-url sqlite://tenax-demo.db tasks show --no ACC-0001`.");
+    println!(
+        "Inspect any task with `tenax --database-url '{}' tasks show --no ACC-0001`.",
+        target_url(client)
+    );
     Ok(())
 }

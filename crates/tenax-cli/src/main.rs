@@ -91,7 +91,7 @@ fn init_tracing(default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Commands::Demo(args) => demo::run(args).await,
+        Commands::Demo(args) => demo::run(&cli.database_url, args).await,
         Commands::Bench(command) => {
             init_tracing("warn");
             bench::run(&cli.database_url, command).await
