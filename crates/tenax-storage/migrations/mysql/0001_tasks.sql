@@ -35,8 +35,11 @@ CREATE TABLE tenax_tasks (
     UNIQUE KEY tenax_tasks_task_no (task_no),
     -- The claim: due tasks of some queues, most urgent first, then oldest run time.
     -- There are no partial indexes, so status leads: the waiting statuses are a narrow
-    -- range however many finished tasks the table keeps.
-    KEY tenax_tasks_claim (status, queue, priority, run_at, id),
+    -- range however many finished tasks the table keeps. The claim reads one
+    -- (status, queue) at a time, and priority DESC lets it walk this index in its
+    -- ORDER BY (priority DESC, run_at, id) and stop after LIMIT rows, with no sort
+    -- (descending index parts: MariaDB 10.8+, MySQL 8).
+    KEY tenax_tasks_claim (status, queue, priority DESC, run_at, id),
     -- The reaper: running tasks by lease expiry.
     KEY tenax_tasks_lease (status, lease_expires_at),
     -- The pruner: finished tasks by finish time.

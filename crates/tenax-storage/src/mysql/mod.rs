@@ -6,8 +6,12 @@
 //!   `ROW` or `MIXED` format (MariaDB's default is `MIXED`), if the binary log is on.
 //! - No `UPDATE ... RETURNING` (MariaDB has none): a state change locks its rows with
 //!   `SELECT ... FOR UPDATE`, checks them, writes them by id with the same conditions
-//!   repeated, and reads them back, all in one transaction. The claim and the reaper
-//!   lock with `SKIP LOCKED`, so concurrent workers take different tasks.
+//!   repeated, and reads them back, all in one transaction.
+//! - Locks are taken only on rows a call may change: the claim, the reaper and the
+//!   pruner lock with `SKIP LOCKED` (concurrent workers take different tasks) and read
+//!   one status (and queue) at a time in index order, so that no sort makes InnoDB lock
+//!   every candidate row; every other locking read goes through the primary or a
+//!   unique key, so no call waits for a task it does not touch.
 //! - Deadlocks (1213) and lock-wait timeouts (1205) are normal under claim contention in
 //!   InnoDB: the whole transaction is retried inside the backend a few times with
 //!   jittered backoff (`retrying`) before the error is returned as
@@ -18,6 +22,7 @@
 //!   `time_zone = '+00:00'`. Derived times (`now + delay`) are computed in Rust from
 //!   that value, so they are exact to the microsecond.
 //! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
@@ -57,6 +62,11 @@ const ER_LOCK_DEADLOCK: u16 = 1213;
 /// Server-side connection failures: too many connections (1040), server shutdown
 /// (1053), connection killed (MariaDB 1927).
 const CONNECTION_ERRORS: [u16; 3] = [1040, 1053, 1927];
+
+/// The statuses a claim takes tasks from.
+const CLAIMABLE: [&str; 2] = ["pending", "retrying"];
+/// The statuses a prune deletes.
+const FINISHED: [&str; 3] = ["succeeded", "dead", "cancelled"];
 
 /// How often a transaction that lost a lock conflict is run again before giving up.
 const LOCK_CONFLICT_RETRIES: u32 = 5;
@@ -233,7 +243,7 @@ where
             Err(err) if retries < LOCK_CONFLICT_RETRIES && is_lock_conflict(&err) => {
                 retries += 1;
                 let pause = backoff(retries);
-                tracing::debug!(%err, retries, ?pause, "lock conflict; running the transaction again");
+                tracing::debug!(%err, retries, ?pause, "lock conflict; transaction run again");
                 tokio::time::sleep(pause).await;
             }
             result => return result,
@@ -546,23 +556,48 @@ impl MySqlStorage {
         let now = clock(&mut tx, params.now).await?;
         // MySQL refuses LIMIT inside IN (subquery), and MariaDB has no UPDATE ...
         // RETURNING: lock the ids first, then write and read them back.
-        let mut qb = QueryBuilder::new(
-            "SELECT id FROM tenax_tasks
-             WHERE status IN ('pending', 'retrying') AND run_at <= ",
-        );
-        qb.push_bind(now);
-        qb.push(" AND queue IN ");
-        push_list(&mut qb, params.queues.iter().map(String::as_str));
-        qb.push(" AND command_type IN ");
-        push_list(&mut qb, params.command_types.iter().map(String::as_str));
+        //
+        // One branch per (status, queue), each walking the claim index in the claim's
+        // order and stopping after `limit` rows, then the best `limit` of them. The
+        // plain form (`status IN (..) AND queue IN (..) ORDER BY .. LIMIT n`) has to
+        // filesort, and InnoDB locks every row it feeds the sort: one claimer would
+        // hold every due task of its queues until it commits, and concurrent claimers
+        // would SKIP them all and find nothing. The branches lock at most `limit` rows
+        // each; the few not kept stay locked only until this transaction commits.
+        let queues: BTreeSet<&str> = params.queues.iter().map(String::as_str).collect();
+        let limit = i64::from(params.limit);
+        let mut qb = QueryBuilder::new("");
+        for (n, (queue, status)) in queues
+            .iter()
+            .flat_map(|q| CLAIMABLE.iter().map(move |s| (q, s)))
+            .enumerate()
+        {
+            if n > 0 {
+                qb.push(" UNION ALL ");
+            }
+            // `status` is one of the CLAIMABLE constants, not input.
+            qb.push(format!(
+                "(SELECT id, priority, run_at FROM tenax_tasks WHERE status = '{status}' AND queue = "
+            ));
+            qb.push_bind(*queue);
+            qb.push(" AND run_at <= ");
+            qb.push_bind(now);
+            qb.push(" AND command_type IN ");
+            push_list(&mut qb, params.command_types.iter().map(String::as_str));
+            qb.push(" ORDER BY priority DESC, run_at, id LIMIT ");
+            qb.push_bind(limit);
+            qb.push(" FOR UPDATE SKIP LOCKED)");
+        }
         qb.push(" ORDER BY priority DESC, run_at, id LIMIT ");
-        qb.push_bind(i64::from(params.limit));
-        qb.push(" FOR UPDATE SKIP LOCKED");
-        let ids: Vec<i64> = qb
-            .build_query_scalar()
+        qb.push_bind(limit);
+        let ids = qb
+            .build()
             .fetch_all(&mut *tx)
             .await
-            .map_err(map_err)?;
+            .map_err(map_err)?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
+            .collect::<Result<Vec<_>>>()?;
         if ids.is_empty() {
             tx.rollback().await.map_err(map_err)?;
             return Ok(Vec::new());
@@ -583,26 +618,46 @@ impl MySqlStorage {
         push_list(&mut qb, ids.iter().copied());
         qb.build().execute(&mut *tx).await.map_err(map_err)?;
 
+        let mut tasks = fetch_ids(&mut tx, &ids).await?;
+
+        // The attempt history is written from the rows just read, not with INSERT ...
+        // SELECT or a DELETE joined to tenax_tasks: those read tenax_tasks with locks,
+        // and on a small table the optimizer scans it and waits for tasks other
+        // claimers hold, which SKIP LOCKED was meant to avoid.
         let mut qb = QueryBuilder::new(
-            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
-             SELECT id, lease_epoch, attempt, lease_owner, ",
+            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome) ",
         );
-        qb.push_bind(now);
-        qb.push(", 'running' FROM tenax_tasks WHERE id IN ");
-        push_list(&mut qb, ids.iter().copied());
+        qb.push_values(&tasks, |mut row, task| {
+            row.push_bind(task.id.0)
+                .push_bind(task.lease_epoch)
+                .push_bind(i64::from(task.attempt))
+                .push_bind(params.worker.as_str())
+                .push_bind(now)
+                .push_bind(AttemptOutcome::Running.as_str());
+        });
         qb.build().execute(&mut *tx).await.map_err(map_err)?;
 
         // Keep the last ATTEMPT_HISTORY_LEN attempts of each claimed task.
-        let mut qb = QueryBuilder::new(
-            "DELETE a FROM tenax_attempts a JOIN tenax_tasks t ON t.id = a.task_id
-             WHERE a.epoch <= t.lease_epoch - ",
-        );
-        qb.push_bind(ATTEMPT_HISTORY_LEN);
-        qb.push(" AND a.task_id IN ");
-        push_list(&mut qb, ids.iter().copied());
-        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        let old: Vec<(i64, i64)> = tasks
+            .iter()
+            .filter(|t| t.lease_epoch > ATTEMPT_HISTORY_LEN)
+            .map(|t| (t.id.0, t.lease_epoch - ATTEMPT_HISTORY_LEN))
+            .collect();
+        if !old.is_empty() {
+            let mut qb = QueryBuilder::new("DELETE FROM tenax_attempts WHERE ");
+            for (n, (id, last_dropped)) in old.into_iter().enumerate() {
+                if n > 0 {
+                    qb.push(" OR ");
+                }
+                qb.push("(task_id = ");
+                qb.push_bind(id);
+                qb.push(" AND epoch <= ");
+                qb.push_bind(last_dropped);
+                qb.push(")");
+            }
+            qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        }
 
-        let mut tasks = fetch_ids(&mut tx, &ids).await?;
         tx.commit().await.map_err(map_err)?;
         tasks.sort_by(|a, b| {
             b.priority
@@ -616,20 +671,23 @@ impl MySqlStorage {
     async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let mut qb = QueryBuilder::new(
-            "SELECT id, lease_epoch FROM tenax_tasks WHERE status = 'running' AND id IN ",
-        );
+        // By id only, so the lock is taken through the primary key: a status condition
+        // could lead the optimizer to scan (and wait for) other running tasks.
+        let mut qb =
+            QueryBuilder::new("SELECT id, status, lease_epoch FROM tenax_tasks WHERE id IN ");
         push_list(&mut qb, params.leases.iter().map(|l| l.id.0));
         qb.push(" ORDER BY id FOR UPDATE");
         let rows = qb.build().fetch_all(&mut *tx).await.map_err(map_err)?;
         let mut held = Vec::new();
         for row in &rows {
             let id: i64 = row.try_get("id").map_err(map_err)?;
+            let status: Vec<u8> = row.try_get("status").map_err(map_err)?;
             let epoch: i64 = row.try_get("lease_epoch").map_err(map_err)?;
-            if params.leases.contains(&Lease {
+            let lease = Lease {
                 id: TaskId(id),
                 epoch,
-            }) {
+            };
+            if status == TaskStatus::Running.as_str().as_bytes() && params.leases.contains(&lease) {
                 held.push(id);
             }
         }
@@ -833,14 +891,13 @@ impl MySqlStorage {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
-        let Some(task) = current.filter(|t| {
+        let Some(task) = current.clone().filter(|t| {
             t.kind == TaskKind::Execute
                 && matches!(
                     t.status,
                     TaskStatus::Pending | TaskStatus::Retrying | TaskStatus::Blocked
                 )
         }) else {
-            let current = fetch_ref(&mut *tx, &params.task, Lock::No).await?;
             tx.rollback().await.map_err(map_err)?;
             if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
                 // The compensated task would wait for it forever.
@@ -923,20 +980,37 @@ impl MySqlStorage {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         // SKIP LOCKED: a finished task another transaction is changing (a retry, a
-        // compensation's outcome) is left for the next prune.
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM tenax_tasks
-             WHERE status IN ('succeeded', 'dead', 'cancelled')
-               AND finished_at < ?
-               AND (compensation IS NULL OR compensation <> 'pending')
-             ORDER BY finished_at LIMIT ?
-             FOR UPDATE SKIP LOCKED",
-        )
-        .bind(minus(now, params.retention))
-        .bind(i64::from(params.limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        // compensation's outcome) is left for the next prune. One branch per status,
+        // for the reason the claim has them: each walks the pruner index in order and
+        // stops after `limit` rows instead of locking every prunable row for a sort.
+        let before = minus(now, params.retention);
+        let limit = i64::from(params.limit);
+        let mut qb = QueryBuilder::new("");
+        for (n, status) in FINISHED.iter().enumerate() {
+            if n > 0 {
+                qb.push(" UNION ALL ");
+            }
+            // `status` is one of the FINISHED constants, not input.
+            qb.push(format!(
+                "(SELECT id, finished_at FROM tenax_tasks WHERE status = '{status}'
+                    AND (compensation IS NULL OR compensation <> 'pending')
+                    AND finished_at < "
+            ));
+            qb.push_bind(before);
+            qb.push(" ORDER BY finished_at LIMIT ");
+            qb.push_bind(limit);
+            qb.push(" FOR UPDATE SKIP LOCKED)");
+        }
+        qb.push(" ORDER BY finished_at LIMIT ");
+        qb.push_bind(limit);
+        let ids = qb
+            .build()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
+            .collect::<Result<Vec<_>>>()?;
         if ids.is_empty() {
             tx.rollback().await.map_err(map_err)?;
             return Ok(0);
