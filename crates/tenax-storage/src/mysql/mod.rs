@@ -1,0 +1,1186 @@
+//! The MariaDB/MySQL backend. Tested on MariaDB 10.11; the SQL avoids what MySQL 8
+//! lacks where that costs nothing, but only MariaDB is tested.
+//!
+//! - InnoDB, sessions in READ COMMITTED: a locking read sees the latest committed row
+//!   and non-matching rows are not kept locked. Writes therefore need a binary log in
+//!   `ROW` or `MIXED` format (MariaDB's default is `MIXED`), if the binary log is on.
+//! - No `UPDATE ... RETURNING` (MariaDB has none): a state change locks its rows with
+//!   `SELECT ... FOR UPDATE`, checks them, writes them by id with the same conditions
+//!   repeated, and reads them back, all in one transaction.
+//! - Locks are taken only on rows a call may change: the claim, the reaper and the
+//!   pruner lock with `SKIP LOCKED` (concurrent workers take different tasks) and read
+//!   one status (and queue) at a time in index order, so that no sort makes InnoDB lock
+//!   every candidate row; every other locking read goes through the primary or a
+//!   unique key, so no call waits for a task it does not touch.
+//! - Deadlocks (1213) and lock-wait timeouts (1205) are normal under claim contention in
+//!   InnoDB: the whole transaction is retried inside the backend a few times with
+//!   jittered backoff (`retrying`) before the error is returned as
+//!   [`StorageError::Transient`]. Sessions wait at most `innodb_lock_wait_timeout`
+//!   (10 s by default) for a row lock, so a stuck lock is noticed.
+//! - Times are `DATETIME(6)` holding UTC, taken from the database clock
+//!   (`UTC_TIMESTAMP(6)`) inside the transaction that uses them; sessions run with
+//!   `time_zone = '+00:00'`. Derived times (`now + delay`) are computed in Rust from
+//!   that value, so they are exact to the microsecond.
+//! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDateTime, SubsecRound, TimeDelta, Utc};
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlDatabaseError, MySqlExecutor, MySqlPool, MySqlPoolOptions,
+};
+use sqlx::{Executor, MySql, QueryBuilder, Row, Transaction};
+use tenax_core::{
+    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
+    TaskStatus,
+};
+use tokio::sync::watch;
+
+use crate::common::{
+    compensation_task_no, duration_ms, existing_or_conflict, refusal, truncate_error,
+    validate_insert,
+};
+use crate::error::{Result, StorageError};
+use crate::params::*;
+use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
+
+mod rows;
+
+use rows::{task_from_row, TASK_COLUMNS};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
+
+/// `ER_DUP_ENTRY`: a unique key already holds the value.
+const ER_DUP_ENTRY: u16 = 1062;
+/// `ER_LOCK_WAIT_TIMEOUT`: a row lock was not granted within `innodb_lock_wait_timeout`.
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+/// `ER_LOCK_DEADLOCK`: InnoDB chose this transaction as a deadlock victim.
+const ER_LOCK_DEADLOCK: u16 = 1213;
+/// Server-side connection failures: too many connections (1040), server shutdown
+/// (1053), connection killed (MariaDB 1927).
+const CONNECTION_ERRORS: [u16; 3] = [1040, 1053, 1927];
+
+/// The statuses a claim takes tasks from.
+const CLAIMABLE: [&str; 2] = ["pending", "retrying"];
+/// The statuses a prune deletes.
+const FINISHED: [&str; 3] = ["succeeded", "dead", "cancelled"];
+
+/// How often a transaction that lost a lock conflict is run again before giving up.
+const LOCK_CONFLICT_RETRIES: u32 = 5;
+
+/// Options of the MariaDB/MySQL backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MySqlConfig {
+    /// Pooled connections. Defaults to 10.
+    pub max_connections: u32,
+    /// How long a call waits for a pooled connection. Defaults to 10 seconds.
+    pub acquire_timeout: Duration,
+    /// How long a statement waits for a row lock (`innodb_lock_wait_timeout`, whole
+    /// seconds, at least 1). Defaults to 10 seconds.
+    pub lock_wait_timeout: Duration,
+}
+
+impl Default for MySqlConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            lock_wait_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Tenax on a MariaDB (or MySQL) database.
+#[derive(Debug, Clone)]
+pub struct MySqlStorage {
+    pool: MySqlPool,
+    wake: watch::Sender<u64>,
+}
+
+/// Parse a `mysql://` or `mariadb://` URL (sqlx knows only the former).
+fn options_from_url(url: &str) -> Result<MySqlConnectOptions> {
+    let url = match url.strip_prefix("mariadb:") {
+        Some(rest) => format!("mysql:{rest}"),
+        None => url.to_owned(),
+    };
+    MySqlConnectOptions::from_str(&url)
+        .map_err(|e| InvalidInput::new("database URL", e.to_string()).into())
+}
+
+impl MySqlStorage {
+    /// Connect to the database a `mysql://` or `mariadb://` URL names, with defaults.
+    /// Does not migrate: call [`Storage::migrate`], or use [`crate::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &MySqlConfig::default()).await
+    }
+
+    /// Connect with explicit options.
+    pub async fn connect_with(url: &str, config: &MySqlConfig) -> Result<Self> {
+        Self::connect_options(options_from_url(url)?, config).await
+    }
+
+    async fn connect_options(options: MySqlConnectOptions, config: &MySqlConfig) -> Result<Self> {
+        let lock_wait_secs = config.lock_wait_timeout.as_secs().max(1);
+        let pool = MySqlPoolOptions::new()
+            .max_connections(config.max_connections.max(1))
+            .acquire_timeout(config.acquire_timeout)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    // READ COMMITTED: locking reads see the latest committed rows, and
+                    // the claim's SKIP LOCKED does not keep gap locks.
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    // UTC, whatever the URL or the server says: sqlx encodes and decodes
+                    // DATETIME as UTC.
+                    conn.execute(
+                        format!(
+                            "SET time_zone = '+00:00', \
+                             SESSION innodb_lock_wait_timeout = {lock_wait_secs}"
+                        )
+                        .as_str(),
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(map_err)?;
+        let (wake, _) = watch::channel(0);
+        Ok(Self { pool, wake })
+    }
+
+    /// The connection pool, for callers that share the database (and for tests that
+    /// check its settings).
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    fn wake(&self) {
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, MySql>> {
+        self.pool.begin().await.map_err(map_err)
+    }
+}
+
+/// A fresh database `name` on the server `server_url` names, migrated. The URL's own
+/// database is only used to connect for the `CREATE DATABASE`.
+#[cfg(feature = "testing")]
+pub async fn testing_database(server_url: &str, name: &str) -> Result<std::sync::Arc<dyn Storage>> {
+    use sqlx::{ConnectOptions, Connection};
+
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(InvalidInput::new("database name", "only letters, digits and _").into());
+    }
+    let options = options_from_url(server_url)?;
+    let mut conn = options.connect().await.map_err(map_err)?;
+    conn.execute(
+        format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").as_str(),
+    )
+    .await
+    .map_err(map_err)?;
+    conn.close().await.map_err(map_err)?;
+    let storage =
+        MySqlStorage::connect_options(options.database(name), &MySqlConfig::default()).await?;
+    storage.migrate().await?;
+    Ok(std::sync::Arc::new(storage))
+}
+
+/// Map a sqlx error to the normalised kinds.
+pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
+    let number = mysql_error_number(&err);
+    match &err {
+        sqlx::Error::Database(_) => match number {
+            Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT) => StorageError::Transient(Box::new(err)),
+            Some(n) if CONNECTION_ERRORS.contains(&n) => StorageError::Transient(Box::new(err)),
+            _ => StorageError::Database(Box::new(err)),
+        },
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::WorkerCrashed => StorageError::Transient(Box::new(err)),
+        _ => StorageError::Database(Box::new(err)),
+    }
+}
+
+/// The server's error number, when the error is one the server sent.
+fn mysql_error_number(err: &sqlx::Error) -> Option<u16> {
+    err.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<MySqlDatabaseError>())
+        .map(MySqlDatabaseError::number)
+}
+
+/// Whether a mapped error is a deadlock or a lock-wait timeout: the transaction lost a
+/// lock conflict and can simply run again.
+fn is_lock_conflict(err: &StorageError) -> bool {
+    let StorageError::Transient(source) = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<sqlx::Error>()
+        .and_then(mysql_error_number)
+        .is_some_and(|n| matches!(n, ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT))
+}
+
+/// Run a whole transaction, again when it lost a lock conflict (after a jittered,
+/// doubling pause), up to [`LOCK_CONFLICT_RETRIES`] times. `transaction` must begin and
+/// commit its own transaction: a deadlock rolls back all of it, and after a lock-wait
+/// timeout (which rolls back only the statement) the transaction is dropped, which
+/// rolls it back.
+async fn retrying<T, F, Fut>(mut transaction: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut retries = 0;
+    loop {
+        match transaction().await {
+            Err(err) if retries < LOCK_CONFLICT_RETRIES && is_lock_conflict(&err) => {
+                retries += 1;
+                let pause = backoff(retries);
+                tracing::debug!(%err, retries, ?pause, "lock conflict; transaction run again");
+                tokio::time::sleep(pause).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Between half and all of 10 ms × 2^(retry - 1), so that colliding transactions do not
+/// collide again.
+fn backoff(retry: u32) -> Duration {
+    use std::hash::BuildHasher;
+
+    let ceiling_us = 10_000u64 << retry.saturating_sub(1).min(10);
+    // A fresh `RandomState` is randomly keyed: hashing anything with it is a cheap
+    // random number, without another dependency.
+    let random = std::collections::hash_map::RandomState::new().hash_one(retry);
+    Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1))
+}
+
+/// A time as a `DATETIME(6)` column holds it: UTC wall-clock time, microseconds.
+///
+/// Times are bound as `NaiveDateTime`, which sqlx sends as DATETIME. A `DateTime<Utc>`
+/// parameter is sent as TIMESTAMP, and the server turns a TIMESTAMP parameter past
+/// 2038-01-19 into NULL.
+type DbTime = NaiveDateTime;
+
+/// The range a `DATETIME(6)` holds: 1000-01-01 to 9999-12-31 23:59:59.999999.
+fn datetime_range() -> (DbTime, DbTime) {
+    let min = DateTime::from_timestamp_micros(-30_610_224_000_000_000);
+    let max = DateTime::from_timestamp_micros(253_402_300_799_999_999);
+    (
+        min.map_or(NaiveDateTime::MIN, |t| t.naive_utc()),
+        max.map_or(NaiveDateTime::MAX, |t| t.naive_utc()),
+    )
+}
+
+/// A time as stored: microseconds, within the `DATETIME` range. Times outside it mean
+/// the same thing at its ends ("long ago", "never").
+fn storable(t: DateTime<Utc>) -> DbTime {
+    let (min, max) = datetime_range();
+    t.naive_utc().trunc_subsecs(6).clamp(min, max)
+}
+
+/// `t + d`, saturating at the end of the `DATETIME` range.
+fn plus(t: DbTime, d: Duration) -> DbTime {
+    let (_, max) = datetime_range();
+    TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .map_or(max, |t| t.min(max))
+}
+
+/// `t - d`, saturating at the start of the `DATETIME` range.
+fn minus(t: DbTime, d: Duration) -> DbTime {
+    let (min, _) = datetime_range();
+    TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_sub_signed(d))
+        .map_or(min, |t| t.max(min))
+}
+
+/// The database clock, or the caller's override, read inside the transaction that
+/// uses it.
+async fn clock(tx: &mut Transaction<'static, MySql>, now: Option<DateTime<Utc>>) -> Result<DbTime> {
+    match now {
+        Some(now) => Ok(storable(now)),
+        None => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(map_err),
+    }
+}
+
+/// Append `(?, ?, ...)` binding `items`; the caller makes sure there is at least one.
+fn push_list<'args, T>(qb: &mut QueryBuilder<'args, MySql>, items: impl IntoIterator<Item = T>)
+where
+    T: 'args + sqlx::Encode<'args, MySql> + sqlx::Type<MySql>,
+{
+    qb.push("(");
+    let mut list = qb.separated(", ");
+    for item in items {
+        list.push_bind(item);
+    }
+    qb.push(")");
+}
+
+/// Whether a task is locked (`SELECT ... FOR UPDATE`) when read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    No,
+    ForUpdate,
+}
+
+impl Lock {
+    fn clause(self) -> &'static str {
+        match self {
+            Lock::No => "",
+            Lock::ForUpdate => " FOR UPDATE",
+        }
+    }
+}
+
+async fn fetch_ref(
+    executor: impl MySqlExecutor<'_>,
+    task: &TaskRef,
+    lock: Lock,
+) -> Result<Option<TaskRecord>> {
+    let lock = lock.clause();
+    let row = match task {
+        TaskRef::Id(id) => {
+            sqlx::query(&format!(
+                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id = ?{lock}"
+            ))
+            .bind(id.0)
+            .fetch_optional(executor)
+            .await
+        }
+        TaskRef::No(no) => {
+            sqlx::query(&format!(
+                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE task_no = ?{lock}"
+            ))
+            .bind(no.as_str())
+            .fetch_optional(executor)
+            .await
+        }
+    }
+    .map_err(map_err)?;
+    row.as_ref().map(task_from_row).transpose()
+}
+
+/// A task that must exist (it was just written in this transaction).
+async fn fetch_id(tx: &mut Transaction<'static, MySql>, id: TaskId) -> Result<TaskRecord> {
+    fetch_ref(&mut **tx, &TaskRef::Id(id), Lock::No)
+        .await?
+        .ok_or_else(|| StorageError::NotFound(TaskRef::Id(id).to_string()))
+}
+
+/// Tasks by id, in id order.
+async fn fetch_ids(tx: &mut Transaction<'static, MySql>, ids: &[i64]) -> Result<Vec<TaskRecord>> {
+    let mut qb = QueryBuilder::new(format!(
+        "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id IN "
+    ));
+    push_list(&mut qb, ids.iter().copied());
+    qb.push(" ORDER BY id");
+    let rows = qb.build().fetch_all(&mut **tx).await.map_err(map_err)?;
+    rows.iter().map(task_from_row).collect()
+}
+
+/// Insert the compensation task of `dead`, a task that just died.
+async fn schedule_compensation(
+    tx: &mut Transaction<'static, MySql>,
+    dead: &TaskRecord,
+    now: DbTime,
+) -> Result<()> {
+    let task_no = compensation_task_no(dead);
+    // `ON DUPLICATE KEY UPDATE id = id` changes nothing: the compensation of this death
+    // exists already.
+    sqlx::query(
+        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
+             status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
+         VALUES (?, 'compensate', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+         ON DUPLICATE KEY UPDATE id = id",
+    )
+    .bind(task_no)
+    .bind(dead.id.0)
+    .bind(&dead.command_type)
+    .bind(&dead.payload)
+    .bind(&dead.queue)
+    .bind(i64::from(dead.priority.get()))
+    .bind(i64::from(dead.max_attempts))
+    .bind(now)
+    .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
+    .bind(&dead.last_error)
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Record what a finished compensation task means for the task it compensates.
+async fn record_compensation(
+    tx: &mut Transaction<'static, MySql>,
+    parent: Option<TaskId>,
+    state: CompensationState,
+    now: DbTime,
+) -> Result<()> {
+    let Some(parent) = parent else {
+        return Ok(());
+    };
+    sqlx::query(
+        "UPDATE tenax_tasks SET compensation = ?, updated_at = ?
+         WHERE id = ? AND compensation = 'pending'",
+    )
+    .bind(state.as_str())
+    .bind(now)
+    .bind(parent.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// After a task died: schedule its compensation, or, for a compensation task, record
+/// that the compensation failed.
+async fn on_death(
+    tx: &mut Transaction<'static, MySql>,
+    dead: &TaskRecord,
+    now: DbTime,
+) -> Result<()> {
+    match dead.kind {
+        TaskKind::Execute => schedule_compensation(tx, dead, now).await,
+        TaskKind::Compensate => {
+            record_compensation(tx, dead.parent_id, CompensationState::Failed, now).await
+        }
+    }
+}
+
+async fn close_attempt(
+    tx: &mut Transaction<'static, MySql>,
+    lease: Lease,
+    outcome: AttemptOutcome,
+    error: Option<&str>,
+    now: DbTime,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE tenax_attempts SET finished_at = ?, outcome = ?, error = ?
+         WHERE task_id = ? AND epoch = ? AND outcome = 'running'",
+    )
+    .bind(now)
+    .bind(outcome.as_str())
+    .bind(error)
+    .bind(lease.id.0)
+    .bind(lease.epoch)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Lock the task a lease names; `None` when it is no longer `running` under that epoch.
+async fn lock_leased(
+    tx: &mut Transaction<'static, MySql>,
+    lease: Lease,
+) -> Result<Option<TaskRecord>> {
+    let task = fetch_ref(&mut **tx, &TaskRef::Id(lease.id), Lock::ForUpdate).await?;
+    Ok(task.filter(|t| t.status == TaskStatus::Running && t.lease_epoch == lease.epoch))
+}
+
+/// One attempt at each write; [`retrying`] runs them again after a lock conflict.
+impl MySqlStorage {
+    async fn insert_once(
+        &self,
+        params: &TaskInsertParams,
+        payload: &serde_json::Value,
+    ) -> Result<TaskInserted> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let run_at = match params.run_at {
+            RunAt::Now => now,
+            RunAt::In(delay) => plus(now, delay),
+            RunAt::At(at) => storable(at),
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
+                 max_attempts, run_at, timeout_ms, created_at, updated_at)
+             VALUES (?, 'execute', ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+        )
+        .bind(params.task_no.as_str())
+        .bind(&params.command_type)
+        .bind(&params.payload)
+        .bind(&params.queue)
+        .bind(i64::from(params.priority.get()))
+        .bind(i64::from(params.max_attempts))
+        .bind(run_at)
+        .bind(duration_ms(params.timeout))
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(done) => {
+                let id = i64::try_from(done.last_insert_id())
+                    .map_err(|_| StorageError::Corrupt("id out of range".into()))?;
+                let task = fetch_id(&mut tx, TaskId(id)).await?;
+                tx.commit().await.map_err(map_err)?;
+                self.wake();
+                Ok(TaskInserted {
+                    task,
+                    created: true,
+                })
+            }
+            // The task_no exists. InnoDB reports the duplicate only once the other
+            // insert committed (it waits for its lock first), and keeps a shared lock on
+            // the entry until this transaction ends, so the row is there to read.
+            Err(err) if mysql_error_number(&err) == Some(ER_DUP_ENTRY) => {
+                let existing = fetch_ref(&mut *tx, &TaskRef::No(params.task_no.clone()), Lock::No)
+                    .await?
+                    .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
+                tx.rollback().await.map_err(map_err)?;
+                existing_or_conflict(existing, params, payload)
+            }
+            Err(err) => Err(map_err(err)),
+        }
+    }
+
+    async fn claim_once(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        // MySQL refuses LIMIT inside IN (subquery), and MariaDB has no UPDATE ...
+        // RETURNING: lock the ids first, then write and read them back.
+        //
+        // One branch per (status, queue), each walking the claim index in the claim's
+        // order and stopping after `limit` rows, then the best `limit` of them. The
+        // plain form (`status IN (..) AND queue IN (..) ORDER BY .. LIMIT n`) has to
+        // filesort, and InnoDB locks every row it feeds the sort: one claimer would
+        // hold every due task of its queues until it commits, and concurrent claimers
+        // would SKIP them all and find nothing. The branches lock at most `limit` rows
+        // each; the few not kept stay locked only until this transaction commits.
+        let queues: BTreeSet<&str> = params.queues.iter().map(String::as_str).collect();
+        let limit = i64::from(params.limit);
+        let mut qb = QueryBuilder::new("");
+        for (n, (queue, status)) in queues
+            .iter()
+            .flat_map(|q| CLAIMABLE.iter().map(move |s| (q, s)))
+            .enumerate()
+        {
+            if n > 0 {
+                qb.push(" UNION ALL ");
+            }
+            // `status` is one of the CLAIMABLE constants, not input.
+            qb.push(format!(
+                "(SELECT id, priority, run_at FROM tenax_tasks WHERE status = '{status}' AND queue = "
+            ));
+            qb.push_bind(*queue);
+            qb.push(" AND run_at <= ");
+            qb.push_bind(now);
+            qb.push(" AND command_type IN ");
+            push_list(&mut qb, params.command_types.iter().map(String::as_str));
+            qb.push(" ORDER BY priority DESC, run_at, id LIMIT ");
+            qb.push_bind(limit);
+            qb.push(" FOR UPDATE SKIP LOCKED)");
+        }
+        qb.push(" ORDER BY priority DESC, run_at, id LIMIT ");
+        qb.push_bind(limit);
+        let ids = qb
+            .build()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
+            .collect::<Result<Vec<_>>>()?;
+        if ids.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
+        let mut qb = QueryBuilder::new(
+            "UPDATE tenax_tasks
+             SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
+                 lease_owner = ",
+        );
+        qb.push_bind(params.worker.as_str());
+        qb.push(", lease_expires_at = ");
+        qb.push_bind(plus(now, params.lease_ttl));
+        qb.push(", started_at = COALESCE(started_at, ");
+        qb.push_bind(now);
+        qb.push("), updated_at = ");
+        qb.push_bind(now);
+        qb.push(" WHERE id IN ");
+        push_list(&mut qb, ids.iter().copied());
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+
+        let mut tasks = fetch_ids(&mut tx, &ids).await?;
+
+        // The attempt history is written from the rows just read, not with INSERT ...
+        // SELECT or a DELETE joined to tenax_tasks: those read tenax_tasks with locks,
+        // and on a small table the optimizer scans it and waits for tasks other
+        // claimers hold, which SKIP LOCKED was meant to avoid.
+        let mut qb = QueryBuilder::new(
+            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome) ",
+        );
+        qb.push_values(&tasks, |mut row, task| {
+            row.push_bind(task.id.0)
+                .push_bind(task.lease_epoch)
+                .push_bind(i64::from(task.attempt))
+                .push_bind(params.worker.as_str())
+                .push_bind(now)
+                .push_bind(AttemptOutcome::Running.as_str());
+        });
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+
+        // Keep the last ATTEMPT_HISTORY_LEN attempts of each claimed task.
+        let old: Vec<(i64, i64)> = tasks
+            .iter()
+            .filter(|t| t.lease_epoch > ATTEMPT_HISTORY_LEN)
+            .map(|t| (t.id.0, t.lease_epoch - ATTEMPT_HISTORY_LEN))
+            .collect();
+        if !old.is_empty() {
+            let mut qb = QueryBuilder::new("DELETE FROM tenax_attempts WHERE ");
+            for (n, (id, last_dropped)) in old.into_iter().enumerate() {
+                if n > 0 {
+                    qb.push(" OR ");
+                }
+                qb.push("(task_id = ");
+                qb.push_bind(id);
+                qb.push(" AND epoch <= ");
+                qb.push_bind(last_dropped);
+                qb.push(")");
+            }
+            qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        }
+
+        tx.commit().await.map_err(map_err)?;
+        tasks.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.run_at.cmp(&b.run_at))
+                .then(a.id.cmp(&b.id))
+        });
+        Ok(tasks)
+    }
+
+    async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        // By id only, so the lock is taken through the primary key: a status condition
+        // could lead the optimizer to scan (and wait for) other running tasks.
+        let mut qb =
+            QueryBuilder::new("SELECT id, status, lease_epoch FROM tenax_tasks WHERE id IN ");
+        push_list(&mut qb, params.leases.iter().map(|l| l.id.0));
+        qb.push(" ORDER BY id FOR UPDATE");
+        let rows = qb.build().fetch_all(&mut *tx).await.map_err(map_err)?;
+        let mut held = Vec::new();
+        for row in &rows {
+            let id: i64 = row.try_get("id").map_err(map_err)?;
+            let status: Vec<u8> = row.try_get("status").map_err(map_err)?;
+            let epoch: i64 = row.try_get("lease_epoch").map_err(map_err)?;
+            let lease = Lease {
+                id: TaskId(id),
+                epoch,
+            };
+            if status == TaskStatus::Running.as_str().as_bytes() && params.leases.contains(&lease) {
+                held.push(id);
+            }
+        }
+        if held.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
+        let mut qb = QueryBuilder::new("UPDATE tenax_tasks SET lease_expires_at = ");
+        qb.push_bind(plus(now, params.lease_ttl));
+        qb.push(", updated_at = ");
+        qb.push_bind(now);
+        qb.push(" WHERE status = 'running' AND id IN ");
+        push_list(&mut qb, held.iter().copied());
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(held.into_iter().map(TaskId).collect())
+    }
+
+    async fn complete_once(&self, params: &TaskCompleteParams) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let Some(task) = lock_leased(&mut tx, params.lease).await? else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        };
+        let done = sqlx::query(
+            "UPDATE tenax_tasks
+             SET status = 'succeeded', result = ?, finished_at = ?, updated_at = ?,
+                 lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = ? AND status = 'running' AND lease_epoch = ?",
+        )
+        .bind(params.result.as_deref())
+        .bind(now)
+        .bind(now)
+        .bind(params.lease.id.0)
+        .bind(params.lease.epoch)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if done.rows_affected() != 1 {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        }
+        close_attempt(&mut tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
+        if task.kind == TaskKind::Compensate {
+            record_compensation(&mut tx, task.parent_id, params.compensation, now).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(true)
+    }
+
+    async fn fail_once(&self, params: &TaskFailParams, error: &str) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let Some(task) = lock_leased(&mut tx, params.lease).await? else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        };
+        let (wants_death, run_at, refund) = match params.next {
+            FailNext::Retry(delay) => (false, plus(now, delay), 0),
+            FailNext::Dead => (true, now, 0),
+            FailNext::HandBack => (false, now, 1),
+        };
+        // A task out of attempts dies even if the caller asked for a retry: the budget
+        // is enforced here, not only by the worker. A hand-back refunds the attempt
+        // first, so it never kills a task. Decided here from the locked row, not in
+        // SQL: MySQL evaluates SET assignments left to right, each seeing the previous
+        // ones' new values.
+        let attempt = task.attempt.saturating_sub(refund);
+        let dead = wants_death || attempt >= task.max_attempts;
+        let (status, finished_at) = if dead {
+            (TaskStatus::Dead, Some(now))
+        } else {
+            (TaskStatus::Retrying, None)
+        };
+        let compensation = if dead && task.kind == TaskKind::Execute {
+            Some(CompensationState::Pending)
+        } else {
+            task.compensation
+        };
+        let done = sqlx::query(
+            "UPDATE tenax_tasks
+             SET status = ?, attempt = ?, run_at = ?, last_error = ?, updated_at = ?,
+                 lease_owner = NULL, lease_expires_at = NULL, finished_at = ?, compensation = ?
+             WHERE id = ? AND status = 'running' AND lease_epoch = ?",
+        )
+        .bind(status.as_str())
+        .bind(i64::from(attempt))
+        .bind(run_at)
+        .bind(error)
+        .bind(now)
+        .bind(finished_at)
+        .bind(compensation.map(CompensationState::as_str))
+        .bind(params.lease.id.0)
+        .bind(params.lease.epoch)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if done.rows_affected() != 1 {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        }
+        let outcome = if dead {
+            AttemptOutcome::Dead
+        } else {
+            AttemptOutcome::Failed
+        };
+        close_attempt(&mut tx, params.lease, outcome, Some(error), now).await?;
+        if dead {
+            let task = fetch_id(&mut tx, task.id).await?;
+            on_death(&mut tx, &task, now).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        self.wake();
+        Ok(true)
+    }
+
+    async fn reap_once(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        // SKIP LOCKED: a task whose worker is writing its outcome right now is left to
+        // that worker.
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM tenax_tasks
+             WHERE status = 'running' AND lease_expires_at < ?
+             ORDER BY lease_expires_at LIMIT ?
+             FOR UPDATE SKIP LOCKED",
+        )
+        .bind(now)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if ids.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
+        // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
+        // on a row it read earlier, so a completion that commits first always wins.
+        // MySQL assigns left to right, each assignment seeing the previous ones: the
+        // error names the owner before the owner is cleared, and `attempt` is not
+        // assigned at all.
+        let mut qb = QueryBuilder::new(
+            "UPDATE tenax_tasks
+             SET last_error = CONCAT('lease expired: worker ', COALESCE(lease_owner, '?'),
+                                     ' stopped renewing it'),
+                 status = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 finished_at = CASE WHEN attempt >= max_attempts THEN ",
+        );
+        qb.push_bind(now);
+        qb.push(
+            " END,
+                 compensation = CASE WHEN attempt >= max_attempts AND kind = 'execute'
+                                     THEN 'pending' ELSE compensation END,
+                 lease_owner = NULL, lease_expires_at = NULL, run_at = ",
+        );
+        qb.push_bind(now);
+        qb.push(", updated_at = ");
+        qb.push_bind(now);
+        qb.push(" WHERE status = 'running' AND lease_expires_at < ");
+        qb.push_bind(now);
+        qb.push(" AND id IN ");
+        push_list(&mut qb, ids.iter().copied());
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        let tasks: Vec<TaskRecord> = fetch_ids(&mut tx, &ids)
+            .await?
+            .into_iter()
+            .filter(|t| matches!(t.status, TaskStatus::Retrying | TaskStatus::Dead))
+            .collect();
+        for task in &tasks {
+            let lease = Lease {
+                id: task.id,
+                epoch: task.lease_epoch,
+            };
+            close_attempt(
+                &mut tx,
+                lease,
+                AttemptOutcome::LeaseExpired,
+                task.last_error.as_deref(),
+                now,
+            )
+            .await?;
+            if task.status == TaskStatus::Dead {
+                on_death(&mut tx, task, now).await?;
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        if !tasks.is_empty() {
+            self.wake();
+        }
+        Ok(tasks
+            .into_iter()
+            .map(|t| ReapedTask {
+                id: t.id,
+                status: t.status,
+            })
+            .collect())
+    }
+
+    async fn cancel_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        let Some(task) = current.clone().filter(|t| {
+            t.kind == TaskKind::Execute
+                && matches!(
+                    t.status,
+                    TaskStatus::Pending | TaskStatus::Retrying | TaskStatus::Blocked
+                )
+        }) else {
+            tx.rollback().await.map_err(map_err)?;
+            if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
+                // The compensated task would wait for it forever.
+                return Err(StorageError::InvalidState {
+                    task: params.task.to_string(),
+                    status: task.status,
+                    action: "cancel a compensation",
+                });
+            }
+            return Err(refusal(&params.task, current, "cancel it"));
+        };
+        sqlx::query(
+            "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?, updated_at = ?
+             WHERE id = ? AND status IN ('pending', 'retrying', 'blocked') AND kind = 'execute'",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(task.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let task = fetch_id(&mut tx, task.id).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(task)
+    }
+
+    async fn retry_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        // A dead task whose compensation still runs is not retried: undoing and redoing
+        // at the same time would race.
+        let Some(task) = current.clone().filter(|t| {
+            t.status == TaskStatus::Dead && t.compensation != Some(CompensationState::Pending)
+        }) else {
+            tx.rollback().await.map_err(map_err)?;
+            if let Some(task) = &current {
+                if task.status == TaskStatus::Dead {
+                    return Err(StorageError::InvalidState {
+                        task: params.task.to_string(),
+                        status: task.status,
+                        action: "retry it while its compensation runs",
+                    });
+                }
+            }
+            return Err(refusal(&params.task, current, "retry it"));
+        };
+        sqlx::query(
+            "UPDATE tenax_tasks
+             SET status = 'pending', attempt = 0, run_at = ?, finished_at = NULL,
+                 compensation = NULL, result = NULL, updated_at = ?
+             WHERE id = ? AND status = 'dead'
+               AND (compensation IS NULL OR compensation <> 'pending')",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(task.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
+            // The compensation runs again: its parent waits for it again.
+            sqlx::query(
+                "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
+                 WHERE id = ? AND compensation = 'failed'",
+            )
+            .bind(now)
+            .bind(parent.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        let task = fetch_id(&mut tx, task.id).await?;
+        tx.commit().await.map_err(map_err)?;
+        self.wake();
+        Ok(task)
+    }
+
+    async fn prune_once(&self, params: &TaskPruneParams) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        // SKIP LOCKED: a finished task another transaction is changing (a retry, a
+        // compensation's outcome) is left for the next prune. One branch per status,
+        // for the reason the claim has them: each walks the pruner index in order and
+        // stops after `limit` rows instead of locking every prunable row for a sort.
+        let before = minus(now, params.retention);
+        let limit = i64::from(params.limit);
+        let mut qb = QueryBuilder::new("");
+        for (n, status) in FINISHED.iter().enumerate() {
+            if n > 0 {
+                qb.push(" UNION ALL ");
+            }
+            // `status` is one of the FINISHED constants, not input.
+            qb.push(format!(
+                "(SELECT id, finished_at FROM tenax_tasks WHERE status = '{status}'
+                    AND (compensation IS NULL OR compensation <> 'pending')
+                    AND finished_at < "
+            ));
+            qb.push_bind(before);
+            qb.push(" ORDER BY finished_at LIMIT ");
+            qb.push_bind(limit);
+            qb.push(" FOR UPDATE SKIP LOCKED)");
+        }
+        qb.push(" ORDER BY finished_at LIMIT ");
+        qb.push_bind(limit);
+        let ids = qb
+            .build()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
+            .collect::<Result<Vec<_>>>()?;
+        if ids.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(0);
+        }
+        let mut qb = QueryBuilder::new("DELETE FROM tenax_tasks WHERE id IN ");
+        push_list(&mut qb, ids.iter().copied());
+        let deleted = qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        let mut qb = QueryBuilder::new("DELETE FROM tenax_attempts WHERE task_id IN ");
+        push_list(&mut qb, ids.iter().copied());
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+#[async_trait]
+impl Storage for MySqlStorage {
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            cross_process_wakeups: false,
+        }
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        // sqlx's MySQL migrator holds GET_LOCK while it migrates: nodes starting
+        // together migrate once, the others wait and find the work done.
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StorageError::Migration(e.to_string()))
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)
+    }
+
+    fn wakeups(&self) -> WakeReceiver {
+        self.wake.subscribe()
+    }
+
+    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
+        let payload = validate_insert(params)?;
+        retrying(|| self.insert_once(params, &payload)).await
+    }
+
+    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
+        fetch_ref(&self.pool, task, Lock::No).await
+    }
+
+    async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
+        let mut qb =
+            QueryBuilder::new(format!("SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE TRUE"));
+        if let Some(status) = params.status {
+            qb.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(command_type) = &params.command_type {
+            qb.push(" AND command_type = ")
+                .push_bind(command_type.as_str());
+        }
+        if let Some(queue) = &params.queue {
+            qb.push(" AND queue = ").push_bind(queue.as_str());
+        }
+        if let Some(before) = params.before_id {
+            qb.push(" AND id < ").push_bind(before.0);
+        }
+        qb.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(params.limit));
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(map_err)?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>> {
+        let rows = sqlx::query(
+            "SELECT task_id, epoch, attempt, worker, started_at, finished_at, outcome, error
+             FROM tenax_attempts WHERE task_id = ? ORDER BY epoch",
+        )
+        .bind(id.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(rows::attempt_from_row).collect()
+    }
+
+    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        retrying(|| self.claim_once(params)).await
+    }
+
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+        if params.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        retrying(|| self.lease_extend_once(params)).await
+    }
+
+    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        retrying(|| self.complete_once(params)).await
+    }
+
+    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
+        let error = truncate_error(&params.error);
+        retrying(|| self.fail_once(params, &error)).await
+    }
+
+    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
+        if params.limit == 0 {
+            return Ok(Vec::new());
+        }
+        retrying(|| self.reap_once(params)).await
+    }
+
+    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        retrying(|| self.cancel_once(params)).await
+    }
+
+    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        retrying(|| self.retry_once(params)).await
+    }
+
+    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
+        if params.limit == 0 {
+            return Ok(0);
+        }
+        retrying(|| self.prune_once(params)).await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        let by_type_rows = sqlx::query(
+            "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
+             GROUP BY command_type, status ORDER BY command_type, status",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        let mut stats = Stats::default();
+        for row in &by_type_rows {
+            let command_type: Vec<u8> = row.try_get("command_type").map_err(map_err)?;
+            let command_type = String::from_utf8(command_type)
+                .map_err(|_| StorageError::Corrupt("command_type is not UTF-8".into()))?;
+            let status: Vec<u8> = row.try_get("status").map_err(map_err)?;
+            let status: TaskStatus = String::from_utf8_lossy(&status).parse()?;
+            let n: i64 = row.try_get("n").map_err(map_err)?;
+            let n = u64::try_from(n).unwrap_or(0);
+            stats.by_type.push((command_type, status, n));
+            match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
+                Some((_, total)) => *total += n,
+                None => stats.by_status.push((status, n)),
+            }
+        }
+        stats.by_status.sort();
+        let row = sqlx::query(
+            "SELECT MIN(run_at) AS oldest, UTC_TIMESTAMP(6) AS now FROM tenax_tasks
+             WHERE status IN ('pending', 'retrying') AND run_at <= UTC_TIMESTAMP(6)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        let oldest: Option<DateTime<Utc>> = row.try_get("oldest").map_err(map_err)?;
+        let now: DateTime<Utc> = row.try_get("now").map_err(map_err)?;
+        stats.oldest_due_age = oldest.map(|oldest| (now - oldest).to_std().unwrap_or_default());
+        Ok(stats)
+    }
+}

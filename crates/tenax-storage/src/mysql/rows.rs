@@ -1,0 +1,100 @@
+//! Decoding MariaDB/MySQL rows into domain records.
+//!
+//! Text columns are read as bytes and checked as UTF-8 here: the tables use the
+//! `utf8mb4_bin` collation (names compare byte for byte, as in SQLite), and the server
+//! flags `_bin` columns as BINARY, which sqlx refuses to decode as `String`.
+use chrono::{DateTime, Utc};
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
+use tenax_core::{
+    AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
+    TaskRecord,
+};
+
+use super::map_err;
+use crate::error::{Result, StorageError};
+
+/// The columns every task query selects, in [`task_from_row`]'s terms.
+pub(super) const TASK_COLUMNS: &str =
+    "id, task_no, kind, parent_id, command_type, payload, queue, \
+     priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
+     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at";
+
+fn utf8(bytes: Vec<u8>, column: &str) -> Result<String> {
+    String::from_utf8(bytes).map_err(|_| StorageError::Corrupt(format!("{column} is not UTF-8")))
+}
+
+fn text(row: &MySqlRow, column: &str) -> Result<String> {
+    utf8(row.try_get::<Vec<u8>, _>(column).map_err(map_err)?, column)
+}
+
+fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
+    row.try_get::<Option<Vec<u8>>, _>(column)
+        .map_err(map_err)?
+        .map(|bytes| utf8(bytes, column))
+        .transpose()
+}
+
+fn u32_of(value: i64, column: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| StorageError::Corrupt(format!("{column} = {value}")))
+}
+
+pub(super) fn task_from_row(row: &MySqlRow) -> Result<TaskRecord> {
+    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(map_err);
+    let get_opt_i64 = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(map_err);
+    let get_time = |c: &str| row.try_get::<DateTime<Utc>, _>(c).map_err(map_err);
+    let get_opt_time = |c: &str| row.try_get::<Option<DateTime<Utc>>, _>(c).map_err(map_err);
+
+    let kind = text(row, "kind")?;
+    let compensation = opt_text(row, "compensation")?;
+    let priority = get_i64("priority")?;
+    Ok(TaskRecord {
+        id: TaskId(get_i64("id")?),
+        task_no: TaskNo::from_stored(text(row, "task_no")?),
+        kind: TaskKind::parse(&kind)
+            .ok_or_else(|| StorageError::Corrupt(format!("kind = {kind:?}")))?,
+        parent_id: get_opt_i64("parent_id")?.map(TaskId),
+        command_type: text(row, "command_type")?,
+        payload: text(row, "payload")?,
+        queue: text(row, "queue")?,
+        priority: u8::try_from(priority)
+            .ok()
+            .and_then(|p| Priority::new(p).ok())
+            .ok_or_else(|| StorageError::Corrupt(format!("priority = {priority}")))?,
+        status: text(row, "status")?.parse()?,
+        attempt: u32_of(get_i64("attempt")?, "attempt")?,
+        max_attempts: u32_of(get_i64("max_attempts")?, "max_attempts")?,
+        lease_epoch: get_i64("lease_epoch")?,
+        lease_owner: opt_text(row, "lease_owner")?,
+        lease_expires_at: get_opt_time("lease_expires_at")?,
+        run_at: get_time("run_at")?,
+        timeout_ms: u64::try_from(get_i64("timeout_ms")?).unwrap_or(0),
+        last_error: opt_text(row, "last_error")?,
+        result: opt_text(row, "result")?,
+        compensation: compensation
+            .map(|c| {
+                CompensationState::parse(&c)
+                    .ok_or_else(|| StorageError::Corrupt(format!("compensation = {c:?}")))
+            })
+            .transpose()?,
+        created_at: get_time("created_at")?,
+        updated_at: get_time("updated_at")?,
+        started_at: get_opt_time("started_at")?,
+        finished_at: get_opt_time("finished_at")?,
+    })
+}
+
+pub(super) fn attempt_from_row(row: &MySqlRow) -> Result<AttemptRecord> {
+    let outcome = text(row, "outcome")?;
+    Ok(AttemptRecord {
+        task_id: TaskId(row.try_get("task_id").map_err(map_err)?),
+        epoch: row.try_get("epoch").map_err(map_err)?,
+        attempt: u32_of(row.try_get("attempt").map_err(map_err)?, "attempt")?,
+        worker: text(row, "worker")?,
+        started_at: row.try_get("started_at").map_err(map_err)?,
+        finished_at: row.try_get("finished_at").map_err(map_err)?,
+        outcome: AttemptOutcome::parse(&outcome)
+            .ok_or_else(|| StorageError::Corrupt(format!("outcome = {outcome:?}")))?,
+        error: opt_text(row, "error")?,
+    })
+}
