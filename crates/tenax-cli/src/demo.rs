@@ -32,8 +32,8 @@ pub(crate) struct DemoArgs {
     /// Tasks run at once.
     #[arg(long, default_value_t = 20)]
     concurrency: u32,
-    /// The demo's SQLite file (in the current folder). With a PostgreSQL
-    /// `--database-url`, the demo uses its own schema there instead.
+    /// The demo's SQLite file (in the current folder). With a PostgreSQL or MariaDB
+    /// `--database-url`, the demo uses its own schema or database `tenax_demo` there.
     #[arg(long, default_value = "tenax-demo.db")]
     file: PathBuf,
     /// Kill the worker (SIGKILL) half way; run `tenax demo` again to finish.
@@ -94,6 +94,7 @@ fn remove_database(path: &std::path::Path) -> anyhow::Result<()> {
 enum Target {
     File(PathBuf),
     Postgres(String),
+    MySql(String),
 }
 
 /// The schema the demo uses on PostgreSQL.
@@ -112,7 +113,10 @@ impl Target {
         if database_url.starts_with("sqlite") {
             return Ok(Self::File(file.to_owned()));
         }
-        anyhow::bail!("the demo runs on SQLite (--file) or PostgreSQL, not on {database_url}")
+        if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
+            return Ok(Self::MySql(database_url.to_owned()));
+        }
+        anyhow::bail!("the demo runs on SQLite, PostgreSQL or MariaDB/MySQL, not on {database_url}")
     }
 
     fn url(&self) -> String {
@@ -122,6 +126,7 @@ impl Target {
                 let separator = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{separator}schema={DEMO_SCHEMA}")
             }
+            Self::MySql(server) => tenax::storage::mysql::url_with_database(server, DEMO_SCHEMA),
         }
     }
 
@@ -129,6 +134,7 @@ impl Target {
         match self {
             Self::File(file) => file.display().to_string(),
             Self::Postgres(_) => format!("PostgreSQL schema {DEMO_SCHEMA}"),
+            Self::MySql(_) => format!("MariaDB/MySQL database {DEMO_SCHEMA}"),
         }
     }
 
@@ -140,6 +146,9 @@ impl Target {
                 .await?
                 .drop_schema(DEMO_SCHEMA)
                 .await?),
+            Self::MySql(server) => {
+                Ok(tenax::storage::mysql::recreate_database(server, DEMO_SCHEMA).await?)
+            }
         }
     }
 }
@@ -154,7 +163,7 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<()
     // Resume a crashed run, if the demo's database holds one.
     let resumable = match &target {
         Target::File(file) => file.exists(),
-        Target::Postgres(_) => true,
+        Target::Postgres(_) | Target::MySql(_) => true,
     };
     if resumable && !args.crash {
         let client = Client::connect(&url).await?;
@@ -327,7 +336,8 @@ async fn crash_half_way(client: &Client, url: &str, args: &DemoArgs) -> anyhow::
 fn target_url(client: &Client) -> &'static str {
     match client.storage().backend() {
         "sqlite" => "sqlite://tenax-demo.db",
-        _ => "<the same URL>?schema=tenax_demo",
+        "postgres" => "<the same URL>?schema=tenax_demo",
+        _ => "<the same server>/tenax_demo",
     }
 }
 

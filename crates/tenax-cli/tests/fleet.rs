@@ -66,16 +66,10 @@ async fn fresh_database(backend: &str) -> Option<String> {
     }
 }
 
-#[cfg(feature = "mysql")]
 async fn mysql_database(url: &str, name: &str) {
     tenax_storage::mysql::testing_database(url, name)
         .await
         .expect("create database");
-}
-
-#[cfg(not(feature = "mysql"))]
-async fn mysql_database(_url: &str, _name: &str) {
-    panic!("built without MariaDB support");
 }
 
 async fn enqueue_many(client: &Client, command: &str, prefix: &str, n: usize) {
@@ -203,4 +197,14 @@ async fn postgres_four_workers_process_ten_thousand_tasks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_mixed_fleet() {
     a_mixed_fleet_runs_each_type_only_where_it_is_known("postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_four_workers_process_ten_thousand_tasks() {
+    four_workers_process_ten_thousand_tasks("mysql").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_mixed_fleet() {
+    a_mixed_fleet_runs_each_type_only_where_it_is_known("mysql").await;
 }

@@ -25,9 +25,9 @@ use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 mod common;
 mod error;
-pub mod params;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+pub mod params;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]

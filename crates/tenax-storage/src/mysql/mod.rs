@@ -168,6 +168,45 @@ impl MySqlStorage {
     }
 }
 
+/// Drop database `name` on the server `server_url` names, if it exists, and create it
+/// empty (for the demo and benchmarks, which want a database of their own).
+pub async fn recreate_database(server_url: &str, name: &str) -> Result<()> {
+    use sqlx::{ConnectOptions, Connection};
+
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(InvalidInput::new("database name", "only letters, digits and _").into());
+    }
+    let mut conn = options_from_url(server_url)?
+        .connect()
+        .await
+        .map_err(map_err)?;
+    for statement in [
+        format!("DROP DATABASE IF EXISTS `{name}`"),
+        format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+    ] {
+        conn.execute(statement.as_str()).await.map_err(map_err)?;
+    }
+    conn.close().await.map_err(map_err)?;
+    Ok(())
+}
+
+/// The same server URL with another database: `scheme://user@host:port/NAME?query`.
+pub fn url_with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
+}
+
 /// A fresh database `name` on the server `server_url` names, migrated. The URL's own
 /// database is only used to connect for the `CREATE DATABASE`.
 #[cfg(feature = "testing")]

@@ -145,20 +145,9 @@ pub async fn mysql_from_env() -> Option<Harness> {
 }
 
 /// `scheme://user@host:port/NAME?query` from a server URL and a database name.
+#[cfg(feature = "mysql")]
 pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_end = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[authority_end..].find('/') {
-        Some(slash) => &base[..authority_end + slash],
-        None => base,
-    };
-    match query {
-        Some(query) => format!("{server}/{name}?{query}"),
-        None => format!("{server}/{name}"),
-    }
+    crate::mysql::url_with_database(url, name)
 }
 
 /// What the factory inserts; every field has a default.
