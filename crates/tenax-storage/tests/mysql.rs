@@ -32,7 +32,13 @@ async fn fresh() -> Option<(Harness, MySqlConnectOptions)> {
     let name = unique_name("tenax_t");
     let storage = testing_database(&url, &name).await.unwrap();
     let options = MySqlConnectOptions::from_str(&url).unwrap().database(&name);
-    Some((Harness::new(storage), options))
+    Some((
+        Harness::new(
+            storage,
+            tenax_storage::mysql::url_with_database(&url, &name),
+        ),
+        options,
+    ))
 }
 
 #[tokio::test]
@@ -247,22 +253,6 @@ async fn writes_to_other_tasks_do_not_wait_for_a_held_task() {
     tx.rollback().await.unwrap();
 }
 
-/// The URL of database `name` on the server `server_url` names.
-fn database_url(server_url: &str, name: &str) -> String {
-    let (base, query) = server_url
-        .split_once('?')
-        .map_or((server_url, None), |(b, q)| (b, Some(q)));
-    let authority_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority_end..].find('/') {
-        Some(i) => &base[..authority_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
-}
-
 /// A task running under a lease, and the dead task its compensation is for.
 async fn running_compensation(h: &Harness) -> (tenax_core::TaskRecord, tenax_core::TaskRecord) {
     h.task(TaskOpts::default()).await;
@@ -294,7 +284,7 @@ async fn a_lock_wait_timeout_is_retried() {
     let name = unique_name("tenax_t");
     testing_database(&url, &name).await.unwrap();
     let storage = MySqlStorage::connect_with(
-        &database_url(&url, &name),
+        &tenax_storage::mysql::url_with_database(&url, &name),
         &MySqlConfig {
             lock_wait_timeout: Duration::from_secs(1),
             ..Default::default()
@@ -302,7 +292,10 @@ async fn a_lock_wait_timeout_is_retried() {
     )
     .await
     .unwrap();
-    let h = Harness::new(Arc::new(storage));
+    let h = Harness::new(
+        Arc::new(storage),
+        tenax_storage::mysql::url_with_database(&url, &name),
+    );
     h.task(TaskOpts::default()).await;
     let task = h.claim("w1", 1, None).await.remove(0);
     let options = MySqlConnectOptions::from_str(&url).unwrap().database(&name);
