@@ -1,0 +1,60 @@
+//! PostgreSQL-only checks: the claim's query plan.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::Duration;
+
+use tenax_storage::postgres::PgStorage;
+use tenax_storage::testing::{unique_name, url_from_env};
+use tenax_storage::{Storage, TaskClaimParams};
+
+#[tokio::test]
+async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() {
+    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let storage = PgStorage::connect(&format!(
+        "{url}{separator}schema={}",
+        unique_name("tenax_t")
+    ))
+    .await
+    .unwrap();
+    storage.migrate().await.unwrap();
+    // Enough rows that the planner prefers the index, as in production.
+    sqlx::query(
+        "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
+             max_attempts, run_at, timeout_ms, created_at, updated_at)
+         SELECT 'T' || g, 'NOOP', '{}', 'default', g % 10,
+                CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'succeeded' END,
+                5, now() - g * interval '1 second', 1000, now(), now()
+         FROM generate_series(1, 20000) g",
+    )
+    .execute(storage.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE tenax_tasks")
+        .execute(storage.pool())
+        .await
+        .unwrap();
+    let plan = storage
+        .explain_claim(&TaskClaimParams {
+            worker: "w".into(),
+            queues: vec!["default".into(), "other".into()],
+            command_types: vec!["NOOP".into()],
+            limit: 10,
+            lease_ttl: Duration::from_secs(30),
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert!(
+        plan.contains("Index Scan using tenax_tasks_claim"),
+        "{plan}"
+    );
+    // The only sort allowed is of the few candidates, above the per-queue scans.
+    let lock_rows = plan.find("LockRows").unwrap();
+    assert!(
+        !plan[lock_rows..].contains("Sort"),
+        "the backlog is sorted on every claim:\n{plan}"
+    );
+}
