@@ -149,7 +149,7 @@ pub(crate) async fn run(database_url: &str, args: WorkerArgs) -> anyhow::Result<
         args.config(),
     )?;
     if let Some(path) = &args.ledger {
-        worker = worker.with_hook(Arc::new(tenax_testkit::Ledger::open(path).await?));
+        worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }
     worker.run(shutdown_on_signal()).await?;
     Ok(())

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tenax::storage::TaskRef;
 use tenax::{AttemptOutcome, Client, CompensationState, TaskKind, TaskNo, TaskStatus};
-use tenax_testkit::Ledger;
+use tenax_ledger::Ledger;
 
 fn tenax() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tenax"))

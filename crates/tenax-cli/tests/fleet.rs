@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tenax::storage::TaskListParams;
 use tenax::{Client, TaskStatus};
+use tenax_ledger::Ledger;
 use tenax_storage::testing::{unique_name, url_from_env};
-use tenax_testkit::Ledger;
 
 fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tenax"))

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use private_postgres::PrivatePostgres;
 use tenax::storage::TaskListParams;
 use tenax::{Client, TaskStatus};
-use tenax_testkit::Ledger;
+use tenax_ledger::Ledger;
 
 /// Tasks enqueued; at about 10 ms each on 2 × 10 slots the run lasts a few seconds, so
 /// the outage lands in its middle.

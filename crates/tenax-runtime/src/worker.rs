@@ -184,6 +184,58 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Claim and run due tasks until none is due, then return the ids of the tasks that
+    /// ran — for tests and one-shot jobs, not for serving (it does not wait for new
+    /// tasks and runs no reaper or pruner).
+    ///
+    /// `at` overrides the database clock for the claims: with a time in the future,
+    /// delayed tasks and scheduled retries up to then are due (time travel in tests).
+    /// Heartbeats run while it works, as under [`Worker::run`].
+    pub async fn drain(
+        &self,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Vec<TaskId>, Error> {
+        let stop = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat_loop(self.shared.clone(), stop.clone()));
+        let drained = self.drain_due(at).await;
+        stop.cancel();
+        let _ = heartbeat.await;
+        drained
+    }
+
+    async fn drain_due(
+        &self,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Vec<TaskId>, Error> {
+        let shared = &self.shared;
+        let params = TaskClaimParams {
+            worker: shared.id.clone(),
+            queues: shared.config.queues.clone(),
+            command_types: shared.registry.command_types(),
+            limit: shared.config.concurrency,
+            lease_ttl: shared.config.lease_ttl,
+            now: at,
+        };
+        let mut ran = Vec::new();
+        loop {
+            let sent = Instant::now();
+            let tasks = shared.storage.task_claim_batch(&params).await?;
+            if tasks.is_empty() {
+                return Ok(ran);
+            }
+            let deadline = shared.fence_after(sent);
+            ran.extend(tasks.iter().map(|t| t.id));
+            futures::future::join_all(
+                tasks
+                    .into_iter()
+                    .map(|task| execute(shared, task, deadline)),
+            )
+            .await;
+        }
+    }
+}
+
 async fn drain(executors: &mut JoinSet<()>) {
     while let Some(joined) = executors.join_next().await {
         if let Err(e) = joined {

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tenax_core::{Command, CommandError, Registry, RetryPolicy, TaskContext, TaskRecord};
+use tenax_ledger::Ledger;
 use tenax_runtime::{Client, Worker, WorkerConfig};
 use tenax_storage::{Storage, TaskRef};
-use tenax_testkit::Ledger;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
