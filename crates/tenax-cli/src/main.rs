@@ -11,7 +11,9 @@ use clap::{Args, Parser, Subcommand};
 
 mod bank;
 mod bench;
+mod config;
 mod demo;
+mod reference;
 mod tasks;
 mod worker;
 
@@ -21,13 +23,13 @@ mod worker;
 struct Cli {
     /// Database URL: `sqlite://PATH` (created when missing), `postgres://...[?schema=NAME]`
     /// or `mysql://...` / `mariadb://...`.
-    #[arg(
-        long,
-        global = true,
-        env = "TENAX_DATABASE_URL",
-        default_value = "sqlite://tenax.db"
-    )]
-    database_url: String,
+    /// [default: sqlite://tenax.db]
+    #[arg(long, global = true, env = "TENAX_DATABASE_URL")]
+    database_url: Option<String>,
+
+    /// Configuration file [default: tenax.toml in the current folder, when present].
+    #[arg(long, global = true, env = "TENAX_CONFIG", value_name = "PATH")]
+    config: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Commands,
@@ -50,8 +52,25 @@ enum Commands {
     /// Measure against a real backend.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Check the configuration and print what it resolves to.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Print a reference generated from the code (Markdown).
+    #[command(hide = true)]
+    Reference {
+        /// `cli` or `config`.
+        #[arg(value_parser = ["cli", "config"])]
+        which: String,
+    },
     /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP) until interrupted.
     Worker(worker::WorkerArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Load the configuration file, environment and flags, validate them, and print the
+    /// effective settings; exits non-zero with the reason when they are invalid.
+    Check(worker::WorkerArgs),
 }
 
 /// Selects one task by id or by `--no TASK_NO`.
@@ -90,28 +109,57 @@ fn init_tracing(default: &str) {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let (file, file_path) = config::load(cli.config.as_deref())?;
+    let database_url = cli
+        .database_url
+        .clone()
+        .or_else(|| file.database_url.clone())
+        .unwrap_or_else(|| config::DATABASE_URL_DEFAULT.to_owned());
     match cli.command {
-        Commands::Demo(args) => demo::run(&cli.database_url, args).await,
+        Commands::Demo(args) => demo::run(&database_url, args).await,
         Commands::Bench(command) => {
             init_tracing("warn");
-            bench::run(&cli.database_url, command).await
+            bench::run(&database_url, command).await
         }
         Commands::Worker(args) => {
             init_tracing("info");
-            worker::run(&cli.database_url, args).await
+            worker::run(&database_url, &file.worker, args).await
+        }
+        Commands::Reference { which } => {
+            match which.as_str() {
+                "cli" => print!("{}", reference::cli_markdown()),
+                _ => print!("{}", reference::config_markdown()),
+            }
+            Ok(())
+        }
+        Commands::Config(ConfigCommand::Check(args)) => {
+            let worker = args.config(&file.worker)?;
+            match &file_path {
+                Some(path) => println!("configuration file: {}", path.display()),
+                None => println!("configuration file: none (defaults, environment and flags)"),
+            }
+            println!("database_url = {database_url:?}");
+            println!("{worker:#?}");
+            println!("configuration is valid");
+            Ok(())
         }
         other => {
             init_tracing("warn");
-            let client = tenax::Client::connect(&cli.database_url).await?;
+            let client = tenax::Client::connect(&database_url).await?;
             match other {
                 Commands::Enqueue(args) => tasks::enqueue(&client, args).await,
                 Commands::Tasks(command) => tasks::run(&client, command).await,
                 Commands::Stats => tasks::stats(&client).await,
                 Commands::Migrate => {
-                    println!("schema of {} is up to date", cli.database_url);
+                    println!("schema of {database_url} is up to date");
                     Ok(())
                 }
-                Commands::Demo(_) | Commands::Worker(_) | Commands::Bench(_) => Ok(()),
+                // Handled above.
+                Commands::Demo(_)
+                | Commands::Worker(_)
+                | Commands::Bench(_)
+                | Commands::Config(_)
+                | Commands::Reference { .. } => Ok(()),
             }
         }
     }

@@ -14,24 +14,24 @@ use crate::parse_duration;
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct WorkerArgs {
-    /// Queues to claim from (repeat for several).
-    #[arg(long = "queue", default_value = "default")]
+    /// Queues to claim from (repeat for several) [default: default].
+    #[arg(long = "queue", env = "TENAX_WORKER_QUEUES", value_delimiter = ',')]
     queues: Vec<String>,
-    /// Tasks run at once.
-    #[arg(long, default_value_t = WorkerConfig::CONCURRENCY_DEFAULT)]
-    concurrency: u32,
-    /// Lease length; heartbeat and fence margin are a quarter of it.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
-    lease_ttl: Duration,
-    /// Wait between claims when idle.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    poll_interval: Duration,
-    /// On Ctrl-C or SIGTERM, time running tasks get to finish.
-    #[arg(long, value_parser = parse_duration, default_value = "15s")]
-    shutdown_grace: Duration,
-    /// Finished tasks are deleted after this.
-    #[arg(long, value_parser = parse_duration, default_value = "7days")]
-    retention: Duration,
+    /// Tasks run at once [default: 10].
+    #[arg(long, env = "TENAX_WORKER_CONCURRENCY")]
+    concurrency: Option<u32>,
+    /// Lease length; heartbeat every third of it, fence margin a sixth [default: 30s].
+    #[arg(long, env = "TENAX_WORKER_LEASE_TTL", value_parser = parse_duration)]
+    lease_ttl: Option<Duration>,
+    /// Wait between claims when idle [default: 1s].
+    #[arg(long, env = "TENAX_WORKER_POLL_INTERVAL", value_parser = parse_duration)]
+    poll_interval: Option<Duration>,
+    /// On Ctrl-C or SIGTERM, time running tasks get to finish [default: 15s].
+    #[arg(long, env = "TENAX_WORKER_SHUTDOWN_GRACE", value_parser = parse_duration)]
+    shutdown_grace: Option<Duration>,
+    /// Finished tasks are deleted after this [default: 7days].
+    #[arg(long, env = "TENAX_WORKER_RETENTION", value_parser = parse_duration)]
+    retention: Option<Duration>,
     /// Record every execution in this execution-ledger file (for tests).
     #[arg(long, value_name = "PATH")]
     ledger: Option<PathBuf>,
@@ -100,22 +100,18 @@ impl BankArgs {
 }
 
 impl WorkerArgs {
-    pub(crate) fn config(&self) -> WorkerConfig {
-        WorkerConfig {
-            queues: self.queues.clone(),
-            concurrency: self.concurrency,
-            claim_batch: self
-                .concurrency
-                .min(WorkerConfig::CLAIM_BATCH_DEFAULT.max(self.concurrency / 2)),
-            poll_interval: self.poll_interval,
-            lease_ttl: self.lease_ttl,
-            heartbeat_interval: self.lease_ttl / 4,
-            fence_margin: self.lease_ttl / 4,
-            reaper_interval: (self.lease_ttl / 4).min(WorkerConfig::REAPER_INTERVAL_DEFAULT),
-            shutdown_grace: self.shutdown_grace,
-            retention: self.retention,
-            ..WorkerConfig::default()
-        }
+    /// The worker settings: these flags (or their environment variables), else the
+    /// configuration file, else the defaults.
+    pub(crate) fn config(&self, file: &crate::config::WorkerFile) -> anyhow::Result<WorkerConfig> {
+        crate::config::worker_config(
+            file,
+            (!self.queues.is_empty()).then(|| self.queues.clone()),
+            self.concurrency,
+            self.lease_ttl,
+            self.poll_interval,
+            self.shutdown_grace,
+            self.retention,
+        )
     }
 }
 
@@ -141,13 +137,14 @@ pub(crate) fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
-pub(crate) async fn run(database_url: &str, args: WorkerArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    database_url: &str,
+    file: &crate::config::WorkerFile,
+    args: WorkerArgs,
+) -> anyhow::Result<()> {
+    let config = args.config(file)?;
     let storage = tenax::storage::connect(database_url).await?;
-    let mut worker = Worker::new(
-        storage,
-        args.bank.registry_of(&args.commands)?,
-        args.config(),
-    )?;
+    let mut worker = Worker::new(storage, args.bank.registry_of(&args.commands)?, config)?;
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }

@@ -43,7 +43,6 @@ use crate::maintenance;
 
 /// A running attempt, as the heartbeat sees it.
 struct Held {
-    epoch: i64,
     /// Self-fencing deadline, moved forward by each successful renewal.
     deadline: watch::Sender<Instant>,
     /// Cancelled when the heartbeat learns the lease is lost.
@@ -59,14 +58,16 @@ struct Shared {
     config: WorkerConfig,
     id: String,
     hooks: Vec<Arc<dyn ExecutionHook>>,
-    held: Mutex<HashMap<TaskId, Held>>,
+    /// Keyed by lease, not task: a stale attempt still writing its outcome and a new
+    /// attempt of the same task (after a reap and re-claim) are separate entries.
+    held: Mutex<HashMap<Lease, Held>>,
     /// Cancelled when running handlers must stop (shutdown grace is over).
     hard_stop: CancellationToken,
     slot_freed: Notify,
 }
 
 impl Shared {
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Held>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Lease, Held>> {
         // A poisoned map is still consistent: entries are inserted and removed whole.
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -411,14 +412,19 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     let lost = CancellationToken::new();
     let finishing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     shared.held().insert(
-        task.id,
+        lease,
         Held {
-            epoch: task.lease_epoch,
             deadline: deadline_tx,
             lost: lost.clone(),
             finishing: finishing.clone(),
         },
     );
+    // However this attempt ends (even by a panic in a hook or a retry policy, or by
+    // the worker being dropped), its lease stops being renewed.
+    let _held = HeldGuard {
+        shared: shared.clone(),
+        lease,
+    };
     let cancellation = CancellationToken::new();
     let ctx = TaskContext::new(
         task.id,
@@ -440,7 +446,6 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
             Ended::Returned(Err(CommandError::permanent("no handler registered"))),
         )
         .await;
-        shared.held().remove(&task.id);
         return;
     };
     for hook in &shared.hooks {
@@ -467,7 +472,18 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         hook.after(&ctx, observed).await;
     }
     write_outcome_with(shared, &task, lease, ended, &handler).await;
-    shared.held().remove(&task.id);
+}
+
+/// Removes an attempt's entry from the held map when the attempt ends.
+struct HeldGuard {
+    shared: Arc<Shared>,
+    lease: Lease,
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.shared.held().remove(&self.lease);
+    }
 }
 
 /// Run the handler until it returns, panics, times out, loses its lease or is stopped.
@@ -493,7 +509,10 @@ async fn supervise(
             .map(|r| r.map(|()| None))
             .boxed(),
     };
-    let mut handle = tokio::spawn(future);
+    // Aborted and cancelled if this future is dropped (the worker's `run` future
+    // dropped by its caller): a handler never outlives the executor that fences it.
+    let mut handle = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(future));
+    let _cancel_on_drop = cancellation.clone().drop_guard();
     let timeout = Duration::from_millis(task.timeout_ms.max(1));
     let ended = tokio::select! {
         joined = &mut handle => {
@@ -705,14 +724,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = sleep(shared.config.heartbeat_interval) => {}
         }
-        let leases: Vec<Lease> = shared
-            .held()
-            .iter()
-            .map(|(id, held)| Lease {
-                id: *id,
-                epoch: held.epoch,
-            })
-            .collect();
+        let leases: Vec<Lease> = shared.held().keys().copied().collect();
         if leases.is_empty() {
             continue;
         }
@@ -726,14 +738,14 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
             })
             .await;
         match renewed {
-            Ok(ids) => {
+            Ok(renewed) => {
                 let deadline = shared.fence_after(sent);
                 let held = shared.held();
                 for lease in leases {
-                    let Some(entry) = held.get(&lease.id).filter(|h| h.epoch == lease.epoch) else {
+                    let Some(entry) = held.get(&lease) else {
                         continue; // finished meanwhile
                     };
-                    if ids.contains(&lease.id) {
+                    if renewed.contains(&lease) {
                         entry.deadline.send_replace(deadline);
                     } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst) {
                         debug!(task.id = %lease.id, "not renewed: its outcome was just written");

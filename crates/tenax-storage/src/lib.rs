@@ -92,8 +92,8 @@ pub trait Storage: Send + Sync + 'static {
     async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>>;
 
     /// Renew leases that are still held (`running` under the same epoch); returns the
-    /// ids renewed. A lease missing from the answer is lost.
-    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>>;
+    /// leases renewed (task and epoch). A lease missing from the answer is lost.
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>>;
 
     /// Mark a task succeeded, only if it is still `running` under the lease's epoch.
     /// Returns `false` (and writes nothing) when the lease was lost. For a compensation

@@ -245,3 +245,26 @@ async fn a_failed_outcome_write_is_not_a_handler_failure() {
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_running_worker_stops_its_handlers() {
+    // A caller that drops `Worker::run` (a select!, a timeout) must not leave handlers
+    // running without anything to fence them.
+    let env = Env::new().await;
+    let worker = env.start(env.storage(), env.registry(), fast());
+    let task = env.enqueue(vec![Step::SleepMs(60_000)], 5).await;
+    env.wait_task(&task, "running", |t| t.status == TaskStatus::Running)
+        .await;
+    let seen = env.seen.clone();
+    wait_for("the handler starts", || {
+        let seen = seen.clone();
+        async move { (seen.executions.load(Ordering::SeqCst) == 1).then_some(()) }
+    })
+    .await;
+    worker.handle.abort();
+    wait_for("the handler is dropped", || {
+        let seen = seen.clone();
+        async move { (seen.dropped.load(Ordering::SeqCst) == 1).then_some(()) }
+    })
+    .await;
+}

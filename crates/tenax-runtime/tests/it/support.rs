@@ -36,6 +36,8 @@ pub struct Script {
 #[derive(Default)]
 pub struct Seen {
     pub executions: AtomicUsize,
+    /// Handler futures dropped (finished or aborted).
+    pub dropped: AtomicUsize,
     pub cancelled: AtomicUsize,
     pub compensations: AtomicUsize,
 }
@@ -51,6 +53,7 @@ impl Command for Scripted {
 
     async fn execute(&self, script: Script, task: &TaskContext) -> Result<String, CommandError> {
         self.seen.executions.fetch_add(1, Ordering::SeqCst);
+        let _dropped = DropCounter(self.seen.clone());
         let index = (task.attempt() as usize - 1).min(script.steps.len().saturating_sub(1));
         match script.steps.get(index).cloned().unwrap_or(Step::Ok) {
             Step::Ok => Ok(format!("done at attempt {}", task.attempt())),
@@ -81,6 +84,14 @@ impl Command for Scripted {
 
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::exponential(Duration::from_millis(10), Duration::from_millis(40))
+    }
+}
+
+struct DropCounter(Arc<Seen>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.dropped.fetch_add(1, Ordering::SeqCst);
     }
 }
 

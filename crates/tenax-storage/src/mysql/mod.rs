@@ -707,7 +707,7 @@ impl MySqlStorage {
         Ok(tasks)
     }
 
-    async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+    async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         // By id only, so the lock is taken through the primary key: a status condition
@@ -727,7 +727,7 @@ impl MySqlStorage {
                 epoch,
             };
             if status == TaskStatus::Running.as_str().as_bytes() && params.leases.contains(&lease) {
-                held.push(id);
+                held.push(lease);
             }
         }
         if held.is_empty() {
@@ -739,10 +739,10 @@ impl MySqlStorage {
         qb.push(", updated_at = ");
         qb.push_bind(now);
         qb.push(" WHERE status = 'running' AND id IN ");
-        push_list(&mut qb, held.iter().copied());
+        push_list(&mut qb, held.iter().map(|l| l.id.0));
         qb.build().execute(&mut *tx).await.map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        Ok(held.into_iter().map(TaskId).collect())
+        Ok(held)
     }
 
     async fn complete_once(&self, params: &TaskCompleteParams) -> Result<bool> {
@@ -1147,7 +1147,7 @@ impl Storage for MySqlStorage {
         retrying(|| self.claim_once(params)).await
     }
 
-    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
         if params.leases.is_empty() {
             return Ok(Vec::new());
         }

@@ -615,19 +615,19 @@ impl Storage for PgStorage {
         .await
     }
 
-    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
         if params.leases.is_empty() {
             return Ok(Vec::new());
         }
         let ids: Vec<i64> = params.leases.iter().map(|l| l.id.0).collect();
         let epochs: Vec<i64> = params.leases.iter().map(|l| l.epoch).collect();
         self.timed(async {
-            let renewed: Vec<i64> = sqlx::query_scalar(&format!(
+            let renewed: Vec<(i64, i64)> = sqlx::query_as(&format!(
                 "UPDATE tenax_tasks t
                  SET lease_expires_at = {NOW} + $2::float8 * interval '1 millisecond', updated_at = {NOW}
                  FROM unnest($3::bigint[], $4::bigint[]) AS l(id, epoch)
                  WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.status = 'running'
-                 RETURNING t.id"
+                 RETURNING t.id, t.lease_epoch"
             ))
             .bind(params.now)
             .bind(duration_ms(params.lease_ttl) as f64)
@@ -636,7 +636,13 @@ impl Storage for PgStorage {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-            Ok(renewed.into_iter().map(TaskId).collect())
+            Ok(renewed
+                .into_iter()
+                .map(|(id, epoch)| Lease {
+                    id: TaskId(id),
+                    epoch,
+                })
+                .collect())
         })
         .await
     }

@@ -475,7 +475,7 @@ impl Storage for SqliteStorage {
         Ok(tasks)
     }
 
-    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
         if params.leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -488,12 +488,12 @@ impl Storage for SqliteStorage {
         );
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let ids: Vec<i64> = sqlx::query_scalar(
+        let renewed: Vec<(i64, i64)> = sqlx::query_as(
             "UPDATE tenax_tasks SET lease_expires_at = ?1 + ?2, updated_at = ?1
              WHERE status = 'running'
                AND (id, lease_epoch) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
                                          FROM json_each(?3))
-             RETURNING id",
+             RETURNING id, lease_epoch",
         )
         .bind(now)
         .bind(duration_ms(params.lease_ttl))
@@ -502,7 +502,13 @@ impl Storage for SqliteStorage {
         .await
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        Ok(ids.into_iter().map(TaskId).collect())
+        Ok(renewed
+            .into_iter()
+            .map(|(id, epoch)| Lease {
+                id: TaskId(id),
+                epoch,
+            })
+            .collect())
     }
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {

@@ -368,7 +368,7 @@ pub async fn lease_extend_renews_only_held_leases(h: &Harness) {
         })
         .await
         .unwrap();
-    assert_eq!(renewed, vec![claimed[0].id]);
+    assert_eq!(renewed, vec![lease(&claimed[0])]);
     let task = h
         .storage
         .task_get(&TaskRef::Id(claimed[0].id))
@@ -887,7 +887,7 @@ pub async fn random_operations_follow_the_state_machine(h: &Harness) {
                     .await
                     .unwrap();
                 for id in renewed {
-                    assert_eq!(seen.get(&id), Some(&TaskStatus::Running), "seed {seed}");
+                    assert_eq!(seen.get(&id.id), Some(&TaskStatus::Running), "seed {seed}");
                 }
             }
         }

@@ -91,7 +91,7 @@ impl Storage for FaultyStorage {
         self.check(StorageMethod::Claim)?;
         self.inner.task_claim_batch(params).await
     }
-    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<TaskId>> {
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<crate::Lease>> {
         self.check(StorageMethod::LeaseExtend)?;
         self.inner.lease_extend(params).await
     }

@@ -1,0 +1,310 @@
+//! Configuration: a `tenax.toml` file, then environment variables, then flags, each
+//! overriding the one before, validated at start with messages that name the key.
+//!
+//! The file is the one `--config` (or `TENAX_CONFIG`) names, else `tenax.toml` in the
+//! current folder when there is one. Unknown keys are errors, so a misspelt key is
+//! reported instead of silently ignored.
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Deserializer};
+use tenax::WorkerConfig;
+
+/// The file looked for when no `--config` is given.
+pub(crate) const DEFAULT_FILE: &str = "tenax.toml";
+/// The database used when neither file, environment nor flag names one.
+pub(crate) const DATABASE_URL_DEFAULT: &str = "sqlite://tenax.db";
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    let text = Option::<String>::deserialize(deserializer)?;
+    text.map(|t| {
+        humantime::parse_duration(&t).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "{t:?} is not a duration ({e}; examples: 250ms, 30s, 5m)"
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// The contents of `tenax.toml`.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileConfig {
+    /// `database_url`.
+    pub(crate) database_url: Option<String>,
+    /// `[worker]`.
+    #[serde(default)]
+    pub(crate) worker: WorkerFile,
+}
+
+/// The `[worker]` table.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WorkerFile {
+    pub(crate) queues: Option<Vec<String>>,
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) claim_batch: Option<u32>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) poll_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) lease_ttl: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) heartbeat_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) fence_margin: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) shutdown_grace: Option<Duration>,
+    pub(crate) reaper: Option<bool>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) reaper_interval: Option<Duration>,
+    pub(crate) pruner: Option<bool>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) pruner_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) retention: Option<Duration>,
+    pub(crate) prune_batch: Option<u32>,
+}
+
+/// One documented key, for the generated configuration reference.
+pub(crate) struct Key {
+    pub(crate) key: &'static str,
+    pub(crate) env: &'static str,
+    pub(crate) flag: &'static str,
+    pub(crate) default: String,
+    pub(crate) doc: &'static str,
+}
+
+fn secs(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Every key of `tenax.toml`, with its default taken from the code.
+pub(crate) fn reference() -> Vec<Key> {
+    let d = WorkerConfig::default();
+    let key = |key, env, flag, default: String, doc| Key {
+        key,
+        env,
+        flag,
+        default,
+        doc,
+    };
+    vec![
+        key(
+            "database_url",
+            "TENAX_DATABASE_URL",
+            "--database-url",
+            DATABASE_URL_DEFAULT.into(),
+            "`sqlite://PATH`, `postgres://...[?schema=NAME]` or `mysql://...` / `mariadb://...`.",
+        ),
+        key(
+            "worker.queues",
+            "TENAX_WORKER_QUEUES (comma-separated)",
+            "--queue",
+            format!("{:?}", d.queues),
+            "Queues to claim from.",
+        ),
+        key(
+            "worker.concurrency",
+            "TENAX_WORKER_CONCURRENCY",
+            "--concurrency",
+            d.concurrency.to_string(),
+            "Tasks run at once.",
+        ),
+        key(
+            "worker.claim_batch",
+            "",
+            "",
+            d.claim_batch.to_string(),
+            "Most tasks claimed in one statement.",
+        ),
+        key(
+            "worker.poll_interval",
+            "TENAX_WORKER_POLL_INTERVAL",
+            "--poll-interval",
+            secs(d.poll_interval),
+            "Wait between claims when idle (a wake-up ends it sooner).",
+        ),
+        key(
+            "worker.lease_ttl",
+            "TENAX_WORKER_LEASE_TTL",
+            "--lease-ttl",
+            secs(d.lease_ttl),
+            "Lease granted at each claim and heartbeat.",
+        ),
+        key(
+            "worker.heartbeat_interval",
+            "",
+            "",
+            "lease_ttl / 3".into(),
+            "Time between lease renewals.",
+        ),
+        key(
+            "worker.fence_margin",
+            "",
+            "",
+            "lease_ttl / 6".into(),
+            "A handler whose lease was not renewed by its expiry minus this margin is stopped.",
+        ),
+        key(
+            "worker.shutdown_grace",
+            "TENAX_WORKER_SHUTDOWN_GRACE",
+            "--shutdown-grace",
+            secs(d.shutdown_grace),
+            "On stop, time running tasks get to finish before they are handed back.",
+        ),
+        key(
+            "worker.reaper",
+            "",
+            "",
+            d.reaper.to_string(),
+            "Run the reaper (expired leases) in this worker.",
+        ),
+        key(
+            "worker.reaper_interval",
+            "",
+            "",
+            "lease_ttl / 6".into(),
+            "Time between reaper passes.",
+        ),
+        key(
+            "worker.pruner",
+            "",
+            "",
+            d.pruner.to_string(),
+            "Run the pruner (finished tasks) in this worker.",
+        ),
+        key(
+            "worker.pruner_interval",
+            "",
+            "",
+            secs(d.pruner_interval),
+            "Time between pruner passes.",
+        ),
+        key(
+            "worker.retention",
+            "TENAX_WORKER_RETENTION",
+            "--retention",
+            secs(d.retention),
+            "Finished tasks are deleted after this.",
+        ),
+        key(
+            "worker.prune_batch",
+            "",
+            "",
+            d.prune_batch.to_string(),
+            "Most tasks deleted per pruner statement.",
+        ),
+    ]
+}
+
+/// Load the file `explicit` names, else `tenax.toml` here if present, else nothing.
+pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<(FileConfig, Option<PathBuf>)> {
+    let path = match explicit {
+        Some(path) => path.to_owned(),
+        None if Path::new(DEFAULT_FILE).exists() => PathBuf::from(DEFAULT_FILE),
+        None => return Ok((FileConfig::default(), None)),
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+    let config =
+        parse(&text).with_context(|| format!("invalid configuration file {}", path.display()))?;
+    Ok((config, Some(path)))
+}
+
+/// Parse the text of a configuration file.
+pub(crate) fn parse(text: &str) -> anyhow::Result<FileConfig> {
+    Ok(toml::from_str(text)?)
+}
+
+/// The worker settings, from flags or environment (`args`), else the file, else the
+/// defaults; then validated.
+pub(crate) fn worker_config(
+    file: &WorkerFile,
+    queues: Option<Vec<String>>,
+    concurrency: Option<u32>,
+    lease_ttl: Option<Duration>,
+    poll_interval: Option<Duration>,
+    shutdown_grace: Option<Duration>,
+    retention: Option<Duration>,
+) -> anyhow::Result<WorkerConfig> {
+    let d = WorkerConfig::default();
+    let lease_ttl = lease_ttl.or(file.lease_ttl).unwrap_or(d.lease_ttl);
+    let concurrency = concurrency.or(file.concurrency).unwrap_or(d.concurrency);
+    let config = WorkerConfig {
+        queues: queues.or_else(|| file.queues.clone()).unwrap_or(d.queues),
+        concurrency,
+        claim_batch: file.claim_batch.unwrap_or(d.claim_batch.min(concurrency)),
+        poll_interval: poll_interval
+            .or(file.poll_interval)
+            .unwrap_or(d.poll_interval),
+        lease_ttl,
+        heartbeat_interval: file.heartbeat_interval.unwrap_or(lease_ttl / 3),
+        fence_margin: file.fence_margin.unwrap_or(lease_ttl / 6),
+        shutdown_grace: shutdown_grace
+            .or(file.shutdown_grace)
+            .unwrap_or(d.shutdown_grace),
+        reaper: file.reaper.unwrap_or(d.reaper),
+        reaper_interval: file.reaper_interval.unwrap_or(lease_ttl / 6),
+        pruner: file.pruner.unwrap_or(d.pruner),
+        pruner_interval: file.pruner_interval.unwrap_or(d.pruner_interval),
+        retention: retention.or(file.retention).unwrap_or(d.retention),
+        prune_batch: file.prune_batch.unwrap_or(d.prune_batch),
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_resolve_to_the_documented_worker_defaults() {
+        let config =
+            worker_config(&WorkerFile::default(), None, None, None, None, None, None).unwrap();
+        assert_eq!(config, WorkerConfig::default());
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let file = parse("database_url = \"sqlite://x.db\"\n[worker]\nconcurrency = 4\nlease_ttl = \"12s\"\nqueues = [\"a\", \"b\"]\n").unwrap();
+        assert_eq!(file.database_url.as_deref(), Some("sqlite://x.db"));
+        let config = worker_config(&file.worker, None, Some(8), None, None, None, None).unwrap();
+        assert_eq!(config.concurrency, 8, "flag wins");
+        assert_eq!(
+            config.lease_ttl,
+            Duration::from_secs(12),
+            "file wins over default"
+        );
+        assert_eq!(config.heartbeat_interval, Duration::from_secs(4));
+        assert_eq!(config.queues, vec!["a".to_owned(), "b".to_owned()]);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_key_named() {
+        let err = parse("[worker]\nconcurency = 4\n").unwrap_err().to_string();
+        assert!(err.contains("concurency"), "{err}");
+        let err = parse("[worker]\nlease_ttl = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("soon") && err.contains("duration"), "{err}");
+        let err = parse("[worker]\nconcurrency = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("concurrency"), "{err}");
+        let file = parse("[worker]\nlease_ttl = \"2s\"\nfence_margin = \"3s\"\n").unwrap();
+        let err = worker_config(&file.worker, None, None, None, None, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fence margin"), "{err}");
+    }
+
+    #[test]
+    fn the_example_file_in_the_repository_is_valid() {
+        let text = include_str!("../../../deploy/tenax.toml");
+        let file = parse(text).unwrap();
+        worker_config(&file.worker, None, None, None, None, None, None).unwrap();
+    }
+}
