@@ -32,8 +32,25 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
     if params.timeout.is_zero() {
         return Err(InvalidInput::new("timeout", "must be positive").into());
     }
+    match params.run_at {
+        crate::RunAt::In(delay) if delay > MAX_DELAY => {
+            return Err(InvalidInput::new("run_in", "must be at most 100 years").into());
+        }
+        crate::RunAt::At(at) if !(1970..=9999).contains(&chrono::Datelike::year(&at)) => {
+            return Err(InvalidInput::new(
+                "run_at",
+                format!("{at} is outside the years 1970 to 9999"),
+            )
+            .into());
+        }
+        _ => {}
+    }
     Ok(payload)
 }
+
+/// The longest delay or duration stored: longer ones (a retry policy capped at
+/// `Duration::MAX`, say) are clamped to it, so no backend overflows its time type.
+pub const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Whether a stored payload is the same JSON value as a new one (key order and
 /// white space do not matter).
@@ -67,8 +84,9 @@ pub(crate) fn existing_or_conflict(
     })
 }
 
+/// Milliseconds of a duration, clamped to [`MAX_DELAY`].
 pub(crate) fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(d.min(MAX_DELAY).as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Errors are stored up to [`crate::ERROR_MAX_BYTES`], cut at a character boundary.

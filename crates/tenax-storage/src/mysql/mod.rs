@@ -51,7 +51,15 @@ mod rows;
 
 use rows::{task_from_row, TASK_COLUMNS};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
+/// The migrations of this backend. A database that records migrations this binary
+/// does not know (a newer node migrated it) is accepted: migrations are additive, so
+/// nodes of the previous version keep running, restarting and rolling back during a
+/// rolling deploy.
+fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/mysql");
+    migrator.set_ignore_missing(true);
+    migrator
+}
 
 /// `ER_DUP_ENTRY`: a unique key already holds the value.
 const ER_DUP_ENTRY: u16 = 1062;
@@ -62,6 +70,9 @@ const ER_LOCK_DEADLOCK: u16 = 1213;
 /// Server-side connection failures: too many connections (1040), server shutdown
 /// (1053), connection killed (MariaDB 1927).
 const CONNECTION_ERRORS: [u16; 3] = [1040, 1053, 1927];
+/// Errors of a server that is failing over or interrupting statements: read-only
+/// (1290, 1836), query interrupted (1317), statement time exceeded (1969).
+const FAILOVER_ERRORS: [u16; 4] = [1290, 1317, 1836, 1969];
 
 /// The statuses a claim takes tasks from.
 const CLAIMABLE: [&str; 2] = ["pending", "retrying"];
@@ -236,12 +247,16 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
     match &err {
         sqlx::Error::Database(_) => match number {
             Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT) => StorageError::Transient(Box::new(err)),
-            Some(n) if CONNECTION_ERRORS.contains(&n) => StorageError::Transient(Box::new(err)),
+            Some(n) if CONNECTION_ERRORS.contains(&n) || FAILOVER_ERRORS.contains(&n) => {
+                StorageError::Transient(Box::new(err))
+            }
             _ => StorageError::Database(Box::new(err)),
         },
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => StorageError::Transient(Box::new(err)),
         _ => StorageError::Database(Box::new(err)),
     }
@@ -329,7 +344,7 @@ fn storable(t: DateTime<Utc>) -> DbTime {
 /// `t + d`, saturating at the end of the `DATETIME` range.
 fn plus(t: DbTime, d: Duration) -> DbTime {
     let (_, max) = datetime_range();
-    TimeDelta::from_std(d)
+    TimeDelta::from_std(d.min(crate::MAX_DELAY))
         .ok()
         .and_then(|d| t.checked_add_signed(d))
         .map_or(max, |t| t.min(max))
@@ -1080,7 +1095,7 @@ impl Storage for MySqlStorage {
     async fn migrate(&self) -> Result<()> {
         // sqlx's MySQL migrator holds GET_LOCK while it migrates: nodes starting
         // together migrate once, the others wait and find the work done.
-        MIGRATOR
+        migrator()
             .run(&self.pool)
             .await
             .map_err(|e| StorageError::Migration(e.to_string()))

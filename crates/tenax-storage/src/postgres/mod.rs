@@ -44,7 +44,15 @@ mod rows;
 
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+/// The migrations of this backend. A database that records migrations this binary
+/// does not know (a newer node migrated it) is accepted: migrations are additive, so
+/// nodes of the previous version keep running, restarting and rolling back during a
+/// rolling deploy.
+fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/postgres");
+    migrator.set_ignore_missing(true);
+    migrator
+}
 
 /// The notification channel of wake-ups.
 pub const WAKE_CHANNEL: &str = "tenax_wake";
@@ -261,8 +269,11 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
             // 40001 serialization failure, 40P01 deadlock, 55P03 lock not available,
             // 57014 statement timeout, 57P0x shutdown / cannot connect now, 08xxx
             // connection exceptions, 53xxx insufficient resources.
-            let transient = matches!(code.as_str(), "40001" | "40P01" | "55P03" | "57014")
-                || code.starts_with("57P")
+            // 25006 read-only transaction (a failover in progress).
+            let transient = matches!(
+                code.as_str(),
+                "40001" | "40P01" | "55P03" | "57014" | "25006"
+            ) || code.starts_with("57P")
                 || code.starts_with("08")
                 || code.starts_with("53");
             if transient {
@@ -480,7 +491,7 @@ impl Storage for PgStorage {
                 .map_err(map_err)?;
         }
         // sqlx takes an advisory lock: N nodes starting together migrate once.
-        MIGRATOR
+        migrator()
             .run(&self.pool)
             .await
             .map_err(|e| StorageError::Migration(e.to_string()))

@@ -39,7 +39,15 @@ use rows::{ms, task_from_row, TASK_COLUMNS};
 
 const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+/// The migrations of this backend. A database that records migrations this binary
+/// does not know (a newer node migrated it) is accepted: migrations are additive, so
+/// nodes of the previous version keep running, restarting and rolling back during a
+/// rolling deploy.
+fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator.set_ignore_missing(true);
+    migrator
+}
 
 /// SQLite's `synchronous` setting for the WAL journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -302,7 +310,7 @@ impl Storage for SqliteStorage {
         // migrations on its next try.
         let mut last = None;
         for _ in 0..5 {
-            match MIGRATOR.run(&self.pool).await {
+            match migrator().run(&self.pool).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     last = Some(e);

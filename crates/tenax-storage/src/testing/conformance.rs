@@ -1168,3 +1168,39 @@ pub async fn wakeups_reach_other_processes_where_supported(h: &Harness) {
         );
     }
 }
+
+pub async fn times_out_of_range_are_refused_or_clamped(h: &Harness) {
+    for run_at in [
+        RunAt::In(Duration::MAX),
+        RunAt::At(DateTime::<Utc>::MAX_UTC),
+        RunAt::At(DateTime::from_timestamp(-1, 0).unwrap()),
+    ] {
+        let err = h
+            .storage
+            .task_insert(
+                &TaskOpts {
+                    run_at,
+                    ..Default::default()
+                }
+                .params(),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Invalid(_)), "{run_at:?}: {err}");
+    }
+    assert_eq!(count(h).await, 0);
+    // A retry policy capped at Duration::MAX is clamped, not an overflow.
+    h.task(TaskOpts::default()).await;
+    let task = h.claim("w1", 1, None).await.remove(0);
+    assert!(fail(h, lease(&task), FailNext::Retry(Duration::MAX), None).await);
+    let retrying = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(retrying.status, TaskStatus::Retrying);
+    let now = h.storage.now().await.unwrap();
+    assert!(retrying.run_at > now + chrono::Duration::days(36_000));
+    assert!(retrying.run_at < now + chrono::Duration::days(36_600));
+}

@@ -236,6 +236,7 @@ macro_rules! conformance_tests {
                 reaper_racing_a_completion_never_both_win,
                 concurrent_claimers_take_each_task_once,
                 wakeups_reach_other_processes_where_supported,
+                times_out_of_range_are_refused_or_clamped,
             );
         }
     };
