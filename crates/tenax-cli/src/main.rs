@@ -17,9 +17,12 @@ mod reference;
 mod tasks;
 mod worker;
 
+/// `tenax --version`: the package version and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TENAX_COMMIT"), ")");
+
 /// Durable task scheduler: persisted commands, leased workers, retries, compensation.
 #[derive(Debug, Parser)]
-#[command(name = "tenax", version, about, propagate_version = true)]
+#[command(name = "tenax", version = VERSION, about, propagate_version = true)]
 struct Cli {
     /// Database URL: `sqlite://PATH` (created when missing), `postgres://...[?schema=NAME]`
     /// or `mysql://...` / `mariadb://...`.

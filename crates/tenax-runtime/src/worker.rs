@@ -77,7 +77,10 @@ impl Shared {
     }
 }
 
-/// Runs the commands of a [`Registry`]. See the [module docs](self).
+/// Runs the commands of a [`Registry`]: claims due tasks of the registered types, runs
+/// each under a lease kept alive by heartbeats, stops a handler whose lease cannot be
+/// proven in time (self-fencing), and writes every outcome with a write guarded by the
+/// lease epoch.
 pub struct Worker {
     shared: Arc<Shared>,
 }
