@@ -13,7 +13,10 @@ fn main() {
         .unwrap_or_else(|| "unknown commit".to_owned());
     println!("cargo:rustc-env=TENAX_COMMIT={commit}");
     // Rebuild when HEAD moves (a checkout, a commit on the current branch).
-    if let Ok(out) = Command::new("git").args(["rev-parse", "--git-dir"]).output() {
+    if let Ok(out) = Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .output()
+    {
         if let Ok(dir) = String::from_utf8(out.stdout) {
             let dir = dir.trim();
             if !dir.is_empty() {

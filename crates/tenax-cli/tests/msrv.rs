@@ -15,11 +15,22 @@ fn parse(version: &str) -> Vec<u64> {
 #[test]
 fn no_locked_dependency_needs_a_newer_rust_than_the_stated_msrv() {
     let output = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--filter-platform", "x86_64-unknown-linux-gnu"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--filter-platform",
+            "x86_64-unknown-linux-gnu",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let msrv = env!("CARGO_PKG_RUST_VERSION");
     assert!(!msrv.is_empty(), "the workspace states no rust-version");
@@ -36,7 +47,8 @@ fn no_locked_dependency_needs_a_newer_rust_than_the_stated_msrv() {
         .filter(|p| built.contains(p["id"].as_str().unwrap()))
         .filter_map(|p| {
             let needs = p["rust_version"].as_str()?;
-            (parse(needs) > parse(msrv)).then(|| format!("{} {} needs {needs}", p["name"], p["version"]))
+            (parse(needs) > parse(msrv))
+                .then(|| format!("{} {} needs {needs}", p["name"], p["version"]))
         })
         .collect();
     assert!(too_new.is_empty(), "stated MSRV {msrv}, but: {too_new:?}");

@@ -18,6 +18,29 @@ use crate::error::Error;
 /// A handle on the task store, for code that enqueues and inspects tasks.
 ///
 /// Cheap to clone; share one per process.
+///
+/// ```
+/// # use tenax_core::{Command, CommandError, TaskContext};
+/// # struct Ping;
+/// # impl Command for Ping {
+/// #     const TYPE: &'static str = "PING";
+/// #     type Context = u32;
+/// #     type Output = ();
+/// #     async fn execute(&self, _: u32, _: &TaskContext) -> Result<(), CommandError> { Ok(()) }
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = format!("sqlite://{}", dir.path().join("tenax.db").display());
+/// let client = tenax_runtime::Client::connect(&url).await?;
+/// let first = client.enqueue::<Ping>(7).task_no("PING-7").await?;
+/// let again = client.enqueue::<Ping>(7).task_no("PING-7").await?;
+/// assert!(first.created && !again.created, "one task per task_no");
+/// assert_eq!(first.task.id, again.task.id);
+/// // The same number with another payload is a conflict, not a silent success.
+/// assert!(client.enqueue::<Ping>(8).task_no("PING-7").await.is_err());
+/// # Ok::<(), tenax_runtime::Error>(())
+/// # }).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct Client {
     storage: Arc<dyn Storage>,

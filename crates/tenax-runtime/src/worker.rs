@@ -196,6 +196,33 @@ impl Worker {
     /// `at` overrides the database clock for the claims: with a time in the future,
     /// delayed tasks and scheduled retries up to then are due (time travel in tests).
     /// Heartbeats run while it works, as under [`Worker::run`].
+    ///
+    /// ```
+    /// # use tenax_core::{Command, CommandError, Registry, TaskContext, TaskStatus};
+    /// # use tenax_runtime::{Client, Worker, WorkerConfig};
+    /// struct Double;
+    /// impl Command for Double {
+    ///     const TYPE: &'static str = "DOUBLE";
+    ///     type Context = u32;
+    ///     type Output = u32;
+    ///     async fn execute(&self, n: u32, _: &TaskContext) -> Result<u32, CommandError> {
+    ///         Ok(n * 2)
+    ///     }
+    /// }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("sqlite://{}", dir.path().join("tenax.db").display());
+    /// let client = Client::connect(&url).await?;
+    /// let task = client.enqueue::<Double>(21).await?.task;
+    /// let mut registry = Registry::new();
+    /// registry.register(Double).unwrap();
+    /// let worker = Worker::new(client.storage().clone(), registry, WorkerConfig::default())?;
+    /// assert_eq!(worker.drain(None).await?, vec![task.id]);
+    /// let done = client.get(&tenax_storage::TaskRef::Id(task.id)).await?.unwrap();
+    /// assert_eq!((done.status, done.result.as_deref()), (TaskStatus::Succeeded, Some("42")));
+    /// # Ok::<(), tenax_runtime::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn drain(
         &self,
         at: Option<chrono::DateTime<chrono::Utc>>,
