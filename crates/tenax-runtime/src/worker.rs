@@ -25,7 +25,7 @@ use futures::FutureExt;
 use rand::Rng;
 use tenax_core::{
     CommandError, CompensationState, DynHandler, ExecutionHook, ExecutionOutcome, Registry,
-    TaskContext, TaskId, TaskKind, TaskRecord,
+    TaskContext, TaskId, TaskKind, TaskNo, TaskRecord,
 };
 use tenax_storage::{
     FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams, TaskCompleteParams,
@@ -419,11 +419,14 @@ async fn death_cause(shared: &Arc<Shared>, task: &TaskRecord) -> Option<String> 
 fn idempotency_key(task: &TaskRecord) -> String {
     match task.kind {
         TaskKind::Execute => task.task_no.to_string(),
-        // "{parent}:compensate:{epoch}" -> "{parent}:compensate": one key per compensated task.
-        TaskKind::Compensate => match task.task_no.as_str().rsplit_once(':') {
-            Some((prefix, _)) => prefix.to_owned(),
-            None => task.task_no.to_string(),
-        },
+        // "{parent}:compensate:{id}:{epoch}" -> "{parent}:compensate": one key per
+        // compensated business number.
+        TaskKind::Compensate => {
+            match task.task_no.as_str().split_once(TaskNo::COMPENSATION_INFIX) {
+                Some((parent, _)) => format!("{parent}:compensate"),
+                None => task.task_no.to_string(),
+            }
+        }
     }
 }
 

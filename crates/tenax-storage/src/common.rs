@@ -128,12 +128,35 @@ pub(crate) fn refusal(
     }
 }
 
-/// The compensation task number derived from a dead task's number and epoch.
+/// The compensation task number derived from a dead task: its number, id and the
+/// epoch it died under (`ACC-1:compensate:17:3`). The id keeps it unique even after the
+/// task is pruned and its number enqueued again; the epoch, across manual retries.
 pub(crate) fn compensation_task_no(dead: &TaskRecord) -> String {
     format!(
-        "{}{}{}",
+        "{}{}{}:{}",
         dead.task_no,
         tenax_core::TaskNo::COMPENSATION_INFIX,
+        dead.id,
         dead.lease_epoch
     )
+}
+
+/// The epoch a compensation task's parent died under, from the compensation's number.
+pub(crate) fn compensated_epoch(compensation: &TaskRecord) -> Option<i64> {
+    compensation
+        .task_no
+        .as_str()
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The refusal to retry a compensation whose task has moved on since it died.
+pub(crate) fn stale_compensation(task: &TaskRef) -> StorageError {
+    StorageError::InvalidState {
+        task: task.to_string(),
+        status: tenax_core::TaskStatus::Dead,
+        action: "retry a compensation whose task was retried since it died",
+    }
 }

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{TimeZone, Utc};
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 use tenax_core::{CompensationState, TaskStatus};
@@ -77,22 +77,22 @@ async fn times_past_2038_and_out_of_range_are_stored() {
         })
         .await;
     assert_eq!(task.run_at, at);
-    // Beyond DATETIME's range: "never", at its end.
-    let never = h
+    // The last instant the shared bounds accept (year 9999) is stored exactly.
+    let last = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap();
+    let late = h
         .task(TaskOpts {
-            run_at: RunAt::In(Duration::MAX),
+            run_at: RunAt::At(last),
             ..Default::default()
         })
         .await;
-    let end = DateTime::from_timestamp_micros(253_402_300_799_999_999).unwrap();
-    assert_eq!(never.run_at, end);
+    assert_eq!(late.run_at, last);
     let fetched = h
         .storage
-        .task_get(&TaskRef::Id(never.id))
+        .task_get(&TaskRef::Id(late.id))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(fetched, never);
+    assert_eq!(fetched, late);
 }
 
 #[tokio::test]

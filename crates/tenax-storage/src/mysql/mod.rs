@@ -1013,16 +1013,23 @@ impl MySqlStorage {
         .await
         .map_err(map_err)?;
         if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-            // The compensation runs again: its parent waits for it again.
-            sqlx::query(
+            // The compensation runs again: its parent waits for it again, but only
+            // if the parent is still the dead task it compensates.
+            let reopened = sqlx::query(
                 "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
-                 WHERE id = ? AND compensation = 'failed'",
+                 WHERE id = ? AND status = 'dead' AND compensation = 'failed'
+                   AND lease_epoch = ?",
             )
             .bind(now)
             .bind(parent.0)
+            .bind(crate::common::compensated_epoch(&task))
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+            if reopened.rows_affected() != 1 {
+                tx.rollback().await.map_err(map_err)?;
+                return Err(crate::common::stale_compensation(&params.task));
+            }
         }
         let task = fetch_id(&mut tx, task.id).await?;
         tx.commit().await.map_err(map_err)?;

@@ -33,8 +33,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::common::{
-    compensation_task_no, duration_ms, existing_or_conflict, refusal, split_ref, truncate_error,
-    validate_insert,
+    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, refusal, split_ref,
+    stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -877,16 +877,23 @@ impl Storage for PgStorage {
             if let Some(row) = row {
                 let task = task_from_row(&row)?;
                 if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again.
-                    sqlx::query(&format!(
+                    // The compensation runs again: its parent waits for it again, but only
+                    // if the parent is still the dead task it compensates.
+                    let reopened = sqlx::query(&format!(
                         "UPDATE tenax_tasks SET compensation = 'pending', updated_at = {NOW}
-                         WHERE id = $2 AND compensation = 'failed'"
+                         WHERE id = $2 AND status = 'dead' AND compensation = 'failed'
+                           AND lease_epoch = $3"
                     ))
                     .bind(params.now)
                     .bind(parent.0)
+                    .bind(compensated_epoch(&task))
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
+                    if reopened.rows_affected() != 1 {
+                        tx.rollback().await.map_err(map_err)?;
+                        return Err(stale_compensation(&params.task));
+                    }
                 }
                 notify(&mut tx, &task.queue).await?;
                 tx.commit().await.map_err(map_err)?;

@@ -26,8 +26,8 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensation_task_no, duration_ms, existing_or_conflict, json_list, refusal, split_ref,
-    truncate_error, validate_insert,
+    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, json_list, refusal,
+    split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -721,16 +721,24 @@ impl Storage for SqliteStorage {
             Some(row) => {
                 let task = task_from_row(&row)?;
                 if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again.
-                    sqlx::query(
+                    // The compensation runs again: its parent waits for it again, but only
+                    // if the parent is still the dead task it compensates (not retried
+                    // since, which would make this compensation undo a newer run).
+                    let reopened = sqlx::query(
                         "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
-                         WHERE id = ? AND compensation = 'failed'",
+                         WHERE id = ? AND status = 'dead' AND compensation = 'failed'
+                           AND lease_epoch = ?",
                     )
                     .bind(now)
                     .bind(parent.0)
+                    .bind(compensated_epoch(&task))
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
+                    if reopened.rows_affected() != 1 {
+                        tx.rollback().await.map_err(map_err)?;
+                        return Err(stale_compensation(&params.task));
+                    }
                 }
                 tx.commit().await.map_err(map_err)?;
                 self.wake();

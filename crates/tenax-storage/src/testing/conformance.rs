@@ -1204,3 +1204,35 @@ pub async fn times_out_of_range_are_refused_or_clamped(h: &Harness) {
     assert!(retrying.run_at > now + chrono::Duration::days(36_000));
     assert!(retrying.run_at < now + chrono::Duration::days(36_600));
 }
+
+pub async fn retrying_a_stale_compensation_is_refused(h: &Harness) {
+    // The task dies and so does its compensation; an operator retries the task, which
+    // then succeeds. Retrying the old compensation now would undo a task that succeeded.
+    h.task(TaskOpts {
+        task_no: Some("STALE".into()),
+        ..Default::default()
+    })
+    .await;
+    let task = h.claim("w1", 1, None).await.remove(0);
+    assert!(fail(h, lease(&task), FailNext::Dead, None).await);
+    let comp = h.claim("w1", 1, None).await.remove(0);
+    assert_eq!(comp.kind, TaskKind::Compensate);
+    assert!(comp.task_no.as_str().starts_with("STALE:compensate:"));
+    assert!(fail(h, lease(&comp), FailNext::Dead, None).await);
+    let retry = |id| TaskActionParams {
+        task: TaskRef::Id(id),
+        now: None,
+    };
+    h.storage.task_retry(&retry(task.id)).await.unwrap();
+    let again = h.claim("w1", 1, None).await.remove(0);
+    assert_eq!(again.id, task.id);
+    assert!(complete(h, lease(&again)).await);
+    let err = h.storage.task_retry(&retry(comp.id)).await.unwrap_err();
+    assert!(matches!(err, StorageError::InvalidState { .. }), "{err}");
+    assert_eq!(
+        status_of(h, comp.id).await,
+        TaskStatus::Dead,
+        "nothing changed"
+    );
+    assert_eq!(status_of(h, task.id).await, TaskStatus::Succeeded);
+}

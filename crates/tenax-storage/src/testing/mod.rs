@@ -237,6 +237,7 @@ macro_rules! conformance_tests {
                 concurrent_claimers_take_each_task_once,
                 wakeups_reach_other_processes_where_supported,
                 times_out_of_range_are_refused_or_clamped,
+                retrying_a_stale_compensation_is_refused,
             );
         }
     };
