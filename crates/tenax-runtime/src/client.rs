@@ -59,6 +59,7 @@ impl Client {
                 task_no: TaskNo::generate(),
                 command_type: C::TYPE.to_owned(),
                 payload,
+                payload_version: 1,
                 queue: C::QUEUE.to_owned(),
                 priority,
                 max_attempts: C::MAX_ATTEMPTS,
@@ -70,6 +71,8 @@ impl Client {
     }
 
     /// Enqueue a task by type name and JSON payload (for tools that have no Rust type).
+    /// The payload is stored as version 1; set another with
+    /// [`payload_version`](Enqueue::payload_version).
     pub fn enqueue_raw(&self, command_type: &str, payload: &serde_json::Value) -> Enqueue<'_> {
         Enqueue {
             client: self,
@@ -77,6 +80,7 @@ impl Client {
                 task_no: TaskNo::generate(),
                 command_type: command_type.to_owned(),
                 payload: payload.to_string(),
+                payload_version: 1,
                 queue: QueueName::DEFAULT.to_owned(),
                 priority: Priority::DEFAULT,
                 max_attempts: 5,
@@ -185,6 +189,17 @@ impl Enqueue<'_> {
                 return Err(InvalidInput::new("timeout", "must be positive").into());
             }
             p.timeout = timeout;
+            Ok(())
+        })
+    }
+
+    /// The payload's shape version (at least 1). Defaults to 1.
+    pub fn payload_version(self, version: u32) -> Self {
+        self.map(|p| {
+            if version == 0 {
+                return Err(InvalidInput::new("payload_version", "must be at least 1").into());
+            }
+            p.payload_version = version;
             Ok(())
         })
     }

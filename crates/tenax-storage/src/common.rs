@@ -29,6 +29,9 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
     if params.max_attempts == 0 {
         return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
     }
+    if params.payload_version == 0 {
+        return Err(InvalidInput::new("payload_version", "must be at least 1").into());
+    }
     if params.timeout.is_zero() {
         return Err(InvalidInput::new("timeout", "must be positive").into());
     }
@@ -44,6 +47,10 @@ pub(crate) fn same_payload(stored: &str, new: &Value) -> bool {
 }
 
 /// The answer to an insert whose `task_no` exists: the existing task, or a conflict.
+///
+/// The payload version is not compared: a node of the next version that re-enqueues a
+/// task a node of the previous version enqueued (same type, same payload) means the
+/// same task, and the stored task keeps its version, which every newer worker upcasts.
 pub(crate) fn existing_or_conflict(
     existing: TaskRecord,
     params: &TaskInsertParams,

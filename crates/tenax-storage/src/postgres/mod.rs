@@ -366,8 +366,10 @@ async fn on_death(
         TaskKind::Execute => {
             sqlx::query(&format!(
                 "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
-                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
-                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW})
+                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at,
+                     payload_version)
+                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW},
+                         $11)
                  ON CONFLICT (task_no) DO NOTHING"
             ))
             .bind(now)
@@ -380,6 +382,7 @@ async fn on_death(
             .bind(i32::try_from(dead.max_attempts).unwrap_or(i32::MAX))
             .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
             .bind(&dead.last_error)
+            .bind(i32::try_from(dead.payload_version).unwrap_or(i32::MAX))
             .execute(&mut **tx)
             .await
             .map_err(map_err)?;
@@ -511,9 +514,10 @@ impl Storage for PgStorage {
             let mut tx = self.begin().await?;
             let inserted = sqlx::query(&format!(
                 "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                     max_attempts, run_at, timeout_ms, created_at, updated_at)
+                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version)
                  VALUES ($2, 'execute', $3, $4, $5, $6, 'pending', $7,
-                         COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW})
+                         COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW},
+                         $11)
                  ON CONFLICT (task_no) DO NOTHING
                  RETURNING {TASK_COLUMNS}, (run_at <= {NOW}) AS due"
             ))
@@ -527,6 +531,7 @@ impl Storage for PgStorage {
             .bind(run_at)
             .bind(delay_ms as f64)
             .bind(duration_ms(params.timeout))
+            .bind(i32::try_from(params.payload_version).unwrap_or(i32::MAX))
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;

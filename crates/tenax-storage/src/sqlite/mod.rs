@@ -176,15 +176,17 @@ async fn schedule_compensation(
 ) -> Result<()> {
     let task_no = compensation_task_no(dead);
     sqlx::query(
-        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
-             status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
-         VALUES (?, 'compensate', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
+             queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
+             updated_at)
+         VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
          ON CONFLICT (task_no) DO NOTHING",
     )
     .bind(task_no)
     .bind(dead.id.0)
     .bind(&dead.command_type)
     .bind(&dead.payload)
+    .bind(i64::from(dead.payload_version))
     .bind(&dead.queue)
     .bind(i64::from(dead.priority.get()))
     .bind(i64::from(dead.max_attempts))
@@ -337,15 +339,16 @@ impl Storage for SqliteStorage {
             RunAt::At(at) => at.timestamp_millis(),
         };
         let inserted = sqlx::query(&format!(
-            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                 max_attempts, run_at, timeout_ms, created_at, updated_at)
-             VALUES (?, 'execute', ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
+            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
+                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at)
+             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
              ON CONFLICT (task_no) DO NOTHING
              RETURNING {TASK_COLUMNS}"
         ))
         .bind(params.task_no.as_str())
         .bind(&params.command_type)
         .bind(&params.payload)
+        .bind(i64::from(params.payload_version))
         .bind(&params.queue)
         .bind(i64::from(params.priority.get()))
         .bind(i64::from(params.max_attempts))

@@ -206,6 +206,10 @@ pub async fn invalid_insert_changes_nothing(h: &Harness) {
             ..Default::default()
         },
         TaskOpts {
+            payload_version: 0,
+            ..Default::default()
+        },
+        TaskOpts {
             queue: "has space".into(),
             ..Default::default()
         },
@@ -1167,4 +1171,48 @@ pub async fn wakeups_reach_other_processes_where_supported(h: &Harness) {
             "no wake-up reached the other process"
         );
     }
+}
+
+pub async fn payload_version_is_stored_and_copied_to_the_compensation(h: &Harness) {
+    assert_eq!(h.task(TaskOpts::default()).await.payload_version, 1);
+    let opts = TaskOpts {
+        task_no: Some("V3".into()),
+        payload: r#"{"first":"Ada","last":"Lovelace"}"#.into(),
+        payload_version: 3,
+        ..Default::default()
+    };
+    let task = h.task(opts.clone()).await;
+    assert_eq!(task.payload_version, 3);
+    let fetched = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fetched.payload_version, 3);
+    // The same task_no, type and payload under another version is the same task; it
+    // keeps the version it was stored with.
+    let again = h
+        .storage
+        .task_insert(
+            &TaskOpts {
+                payload_version: 1,
+                ..opts
+            }
+            .params(),
+        )
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.task.id, task.id);
+    assert_eq!(again.task.payload_version, 3);
+
+    let claimed = h.claim("w1", 10, None).await;
+    let running = claimed.iter().find(|t| t.id == task.id).unwrap();
+    assert_eq!(running.payload_version, 3);
+    assert!(fail(h, lease(running), FailNext::Dead, None).await);
+    let comp = compensation_of(h, task.id).await;
+    assert_eq!(comp.len(), 1);
+    assert_eq!(comp[0].payload, task.payload);
+    assert_eq!(comp[0].payload_version, 3);
 }

@@ -156,6 +156,7 @@ pub struct TaskOpts {
     pub task_no: Option<String>,
     pub command_type: String,
     pub payload: String,
+    pub payload_version: u32,
     pub queue: String,
     pub priority: u8,
     pub max_attempts: u32,
@@ -176,6 +177,7 @@ impl TaskOpts {
                 .unwrap_or_else(TaskNo::generate),
             command_type: self.command_type.clone(),
             payload: self.payload.clone(),
+            payload_version: self.payload_version,
             queue: self.queue.clone(),
             priority: Priority::new(self.priority).expect("valid priority"),
             max_attempts: self.max_attempts,
@@ -192,6 +194,7 @@ impl Default for TaskOpts {
             task_no: None,
             command_type: Self::TYPE.to_owned(),
             payload: "{}".to_owned(),
+            payload_version: 1,
             queue: "default".to_owned(),
             priority: 5,
             max_attempts: 5,
@@ -236,6 +239,7 @@ macro_rules! conformance_tests {
                 reaper_racing_a_completion_never_both_win,
                 concurrent_claimers_take_each_task_once,
                 wakeups_reach_other_processes_where_supported,
+                payload_version_is_stored_and_copied_to_the_compensation,
             );
         }
     };
