@@ -199,7 +199,13 @@ async fn claim_loop(
 ) {
     let slots = Arc::new(Semaphore::new(shared.config.concurrency as usize));
     let mut wakeups = shared.storage.wakeups();
-    let command_types = shared.registry.command_types();
+    // Every command offered at payload version 1 until commands declare their own.
+    let commands: Vec<(String, u32)> = shared
+        .registry
+        .command_types()
+        .into_iter()
+        .map(|t| (t, 1))
+        .collect();
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
         // Reap finished executors so the set does not grow.
@@ -218,7 +224,7 @@ async fn claim_loop(
                 .task_claim_batch(&TaskClaimParams {
                     worker: shared.id.clone(),
                     queues: shared.config.queues.clone(),
-                    command_types: command_types.clone(),
+                    commands: commands.clone(),
                     limit,
                     lease_ttl: shared.config.lease_ttl,
                     now: None,

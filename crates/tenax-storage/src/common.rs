@@ -117,6 +117,11 @@ pub(crate) fn refusal(
     }
 }
 
+/// Whether a claim offers no command at all (nothing can be claimed).
+pub(crate) fn offers_nothing(params: &crate::TaskClaimParams) -> bool {
+    params.limit == 0 || params.queues.is_empty() || params.commands.is_empty()
+}
+
 /// The compensation task number derived from a dead task's number and epoch.
 pub(crate) fn compensation_task_no(dead: &TaskRecord) -> String {
     format!(

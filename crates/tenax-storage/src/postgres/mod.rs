@@ -33,8 +33,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::common::{
-    compensation_task_no, duration_ms, existing_or_conflict, refusal, split_ref, truncate_error,
-    validate_insert,
+    compensation_task_no, duration_ms, existing_or_conflict, offers_nothing, refusal, split_ref,
+    truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -403,6 +403,7 @@ fn claim_sql() -> String {
                          SELECT id, priority, run_at FROM tenax_tasks
                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
                            AND run_at <= {NOW} AND command_type = ANY($3)
+                           AND payload_version <= ($8::int4[])[array_position($3, command_type)]
                          ORDER BY priority DESC, run_at, id
                          LIMIT $4
                          FOR UPDATE SKIP LOCKED
@@ -437,11 +438,24 @@ fn bind_claim<'q>(
     query
         .bind(params.now)
         .bind(&params.queues)
-        .bind(&params.command_types)
+        .bind(
+            params
+                .commands
+                .iter()
+                .map(|(t, _)| t.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(i64::from(params.limit))
         .bind(&params.worker)
         .bind(duration_ms(params.lease_ttl) as f64)
         .bind(ATTEMPT_HISTORY_LEN)
+        .bind(
+            params
+                .commands
+                .iter()
+                .map(|(_, v)| i32::try_from(*v).unwrap_or(i32::MAX))
+                .collect::<Vec<_>>(),
+        )
 }
 
 impl PgStorage {
@@ -602,7 +616,7 @@ impl Storage for PgStorage {
     }
 
     async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+        if offers_nothing(params) {
             return Ok(Vec::new());
         }
         self.timed(async {

@@ -26,8 +26,8 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensation_task_no, duration_ms, existing_or_conflict, json_list, refusal, split_ref,
-    truncate_error, validate_insert,
+    compensation_task_no, duration_ms, existing_or_conflict, json_list, offers_nothing, refusal,
+    split_ref, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -413,11 +413,12 @@ impl Storage for SqliteStorage {
     }
 
     async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+        if offers_nothing(params) {
             return Ok(Vec::new());
         }
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        // ?5 is a JSON list of [type, highest payload version the worker decodes].
         let rows = sqlx::query(&format!(
             "UPDATE tenax_tasks
              SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
@@ -427,7 +428,9 @@ impl Storage for SqliteStorage {
                  SELECT id FROM tenax_tasks
                  WHERE status IN ('pending', 'retrying') AND run_at <= ?2
                    AND queue IN (SELECT value FROM json_each(?4))
-                   AND command_type IN (SELECT value FROM json_each(?5))
+                   AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
+                               WHERE json_extract(offer.value, '$[0]') = command_type
+                                 AND json_extract(offer.value, '$[1]') >= payload_version)
                  ORDER BY priority DESC, run_at, id
                  LIMIT ?6)
              RETURNING {TASK_COLUMNS}"
@@ -436,7 +439,7 @@ impl Storage for SqliteStorage {
         .bind(now)
         .bind(duration_ms(params.lease_ttl))
         .bind(json_list(&params.queues))
-        .bind(json_list(&params.command_types))
+        .bind(json_list(&params.commands))
         .bind(i64::from(params.limit))
         .fetch_all(&mut *tx)
         .await

@@ -68,12 +68,12 @@ impl Harness {
     }
 }
 
-/// Claim parameters for the factory's command type and queue.
+/// Claim parameters for the factory's command type (payload version 1) and queue.
 pub fn claim_params(worker: &str, limit: u32, now: Option<DateTime<Utc>>) -> TaskClaimParams {
     TaskClaimParams {
         worker: worker.to_owned(),
         queues: vec!["default".to_owned()],
-        command_types: vec![TaskOpts::TYPE.to_owned()],
+        commands: vec![(TaskOpts::TYPE.to_owned(), 1)],
         limit,
         lease_ttl: Duration::from_secs(30),
         now,
@@ -239,6 +239,7 @@ macro_rules! conformance_tests {
                 reaper_racing_a_completion_never_both_win,
                 concurrent_claimers_take_each_task_once,
                 wakeups_reach_other_processes_where_supported,
+                a_newer_payload_version_waits_for_a_worker_that_knows_it,
                 payload_version_is_stored_and_copied_to_the_compensation,
             );
         }
