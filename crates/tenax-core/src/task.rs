@@ -306,7 +306,8 @@ pub struct TaskRecord {
     pub command_type: String,
     /// The command's context, as JSON text.
     pub payload: String,
-    /// The shape version of the payload (of the enqueuer's context), at least 1. Absent in JSON written before versions existed,
+    /// The shape version of the payload ([`Command::VERSION`](crate::Command::VERSION)
+    /// of the enqueuer), at least 1. Absent in JSON written before versions existed,
     /// which means 1.
     #[serde(default = "first_payload_version")]
     pub payload_version: u32,

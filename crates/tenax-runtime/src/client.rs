@@ -48,7 +48,8 @@ impl Client {
     }
 
     /// Enqueue a task of command `C`, with `C`'s defaults; adjust with the builder's
-    /// methods, then `.await` it. Returns once the task is committed.
+    /// methods, then `.await` it. Returns once the task is committed. The payload is
+    /// stored with `C::VERSION`, its shape version.
     pub fn enqueue<C: Command>(&self, context: C::Context) -> Enqueue<'_> {
         let params = serde_json::to_string(&context)
             .map_err(Error::from)
@@ -59,7 +60,7 @@ impl Client {
                 task_no: TaskNo::generate(),
                 command_type: C::TYPE.to_owned(),
                 payload,
-                payload_version: 1,
+                payload_version: C::VERSION,
                 queue: C::QUEUE.to_owned(),
                 priority,
                 max_attempts: C::MAX_ATTEMPTS,
@@ -193,7 +194,9 @@ impl Enqueue<'_> {
         })
     }
 
-    /// The payload's shape version (at least 1). Defaults to 1.
+    /// The payload's shape version (at least 1). Defaults to `C::VERSION` for
+    /// [`Client::enqueue`] and 1 for [`Client::enqueue_raw`]. A worker claims the task
+    /// only if it knows this version of the command.
     pub fn payload_version(self, version: u32) -> Self {
         self.map(|p| {
             if version == 0 {

@@ -47,8 +47,8 @@ pub struct TaskInsertParams {
     pub command_type: String,
     /// Context as JSON text (must parse as JSON).
     pub payload: String,
-    /// The payload's shape version, at least 1 (of the enqueuer's context). A repeat
-    /// of an existing
+    /// The payload's shape version, at least 1 (the enqueuer's
+    /// [`Command::VERSION`](tenax_core::Command::VERSION)). A repeat of an existing
     /// `task_no` is the same task whatever its version, as long as the type and payload
     /// match: the stored version is kept.
     pub payload_version: u32,
