@@ -34,6 +34,9 @@ pub(crate) struct EnqueueArgs {
     /// Run no sooner than this delay from now (for example 30s).
     #[arg(long, value_parser = parse_duration)]
     run_in: Option<Duration>,
+    /// The payload's shape version (the command's VERSION it was written for).
+    #[arg(long, default_value_t = 1)]
+    payload_version: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,7 +75,8 @@ pub(crate) async fn enqueue(client: &Client, args: EnqueueArgs) -> anyhow::Resul
         .queue(args.queue)
         .priority(args.priority)
         .max_attempts(args.max_attempts)
-        .timeout(args.timeout);
+        .timeout(args.timeout)
+        .payload_version(args.payload_version);
     if let Some(no) = args.task_no {
         enqueue = enqueue.task_no(no);
     }
@@ -193,6 +197,7 @@ fn describe(task: &TaskRecord) -> Table {
             format!("{:?}", Duration::from_millis(task.timeout_ms)),
         ),
         ("payload", task.payload.clone()),
+        ("payload version", task.payload_version.to_string()),
         ("result", task.result.clone().unwrap_or_default()),
         ("last error", task.last_error.clone().unwrap_or_default()),
         (

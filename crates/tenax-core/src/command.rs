@@ -58,6 +58,15 @@ pub trait Command: Send + Sync + 'static {
     const QUEUE: &'static str = QueueName::DEFAULT;
     /// Priority 0-9 (9 most urgent). Defaults to 5.
     const PRIORITY: u8 = Priority::DEFAULT.get();
+    /// The shape version of [`Context`](Command::Context), stored with every task
+    /// enqueued for this command. Defaults to 1 (at least 1).
+    ///
+    /// Raise it when the context changes shape in a way the previous shape does not
+    /// decode into, and teach [`upcast`](Command::upcast) to turn every older shape into
+    /// the current one. During a rolling deploy, a worker claims only tasks whose stored
+    /// version is at most the version it knows: a task enqueued by a newer node waits
+    /// for a worker of that version instead of dying on decode in an older one.
+    const VERSION: u32 = 1;
 
     /// The typed context (payload), stored as JSON.
     type Context: Serialize + DeserializeOwned + Send + 'static;
@@ -83,6 +92,60 @@ pub trait Command: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), CommandError>> + Send {
         let _ = (ctx, task);
         async { Err(CommandError::NoCompensation) }
+    }
+
+    /// Turn a payload stored by an older version of this command into the current
+    /// shape ([`VERSION`](Command::VERSION)).
+    ///
+    /// Called before decoding, only when the stored version is lower than `VERSION`. It
+    /// receives the stored version and the stored payload as JSON, and must return the
+    /// payload in the current shape, in one call: it is not called once per version
+    /// step (chain the steps inside it if there are several). A payload that cannot be
+    /// upcast is a [`CommandError::Permanent`]: the task is dead and its compensation
+    /// runs (with the same upcast context). Defaults to returning the payload unchanged,
+    /// which suits additions that decode with `#[serde(default)]`.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use serde_json::{json, Value};
+    /// use tenax_core::{Command, CommandError, TaskContext};
+    ///
+    /// // Version 1 stored {"name": "Ada Lovelace"}; version 2 splits the name.
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Greeting { first: String, last: String }
+    ///
+    /// struct Greet;
+    ///
+    /// impl Command for Greet {
+    ///     const TYPE: &'static str = "GREET";
+    ///     const VERSION: u32 = 2;
+    ///     type Context = Greeting;
+    ///     type Output = String;
+    ///
+    ///     async fn execute(&self, ctx: Greeting, _: &TaskContext) -> Result<String, CommandError> {
+    ///         Ok(format!("hello {} {}", ctx.first, ctx.last))
+    ///     }
+    ///
+    ///     fn upcast(version: u32, payload: Value) -> Result<Value, CommandError> {
+    ///         match version {
+    ///             1 => {
+    ///                 let name = payload["name"]
+    ///                     .as_str()
+    ///                     .ok_or_else(|| CommandError::permanent("v1 payload has no name"))?;
+    ///                 let (first, last) = name.split_once(' ').unwrap_or((name, ""));
+    ///                 Ok(json!({ "first": first, "last": last }))
+    ///             }
+    ///             other => Err(CommandError::permanent(format!("unknown version {other}"))),
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let v2 = Greet::upcast(1, json!({ "name": "Ada Lovelace" })).unwrap();
+    /// assert_eq!(v2, json!({ "first": "Ada", "last": "Lovelace" }));
+    /// ```
+    fn upcast(version: u32, payload: serde_json::Value) -> Result<serde_json::Value, CommandError> {
+        let _ = version;
+        Ok(payload)
     }
 
     /// Backoff between attempts. Defaults to [`RetryPolicy::default`]: 5 s × 2^(n−1)

@@ -1,4 +1,5 @@
 //! The registry: stable type names to handler instances (the seed's CommandFactory).
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -31,36 +32,77 @@ pub enum RegistryError {
 pub trait DynHandler: Send + Sync + 'static {
     /// The stable type name.
     fn command_type(&self) -> &'static str;
+    /// The context's shape version ([`Command::VERSION`]): the highest stored payload
+    /// version this handler decodes.
+    fn version(&self) -> u32;
     /// The backoff policy.
     fn retry_policy(&self) -> RetryPolicy;
-    /// Decode the payload and execute; the result is JSON text.
+    /// Decode the payload, stored under payload version `version` (upcast first when
+    /// it is older than [`version`](DynHandler::version)), and execute; the result is
+    /// JSON text.
     fn execute(
         self: Arc<Self>,
         payload: String,
+        version: u32,
         task: TaskContext,
     ) -> BoxFuture<'static, Result<String, CommandError>>;
-    /// Decode the payload and compensate.
+    /// Decode the payload as for [`execute`](DynHandler::execute), and compensate.
     fn compensate(
         self: Arc<Self>,
         payload: String,
+        version: u32,
         task: TaskContext,
     ) -> BoxFuture<'static, Result<(), CommandError>>;
 }
 
 struct Erased<C>(C);
 
-fn decode<C: Command>(payload: &str) -> Result<C::Context, CommandError> {
-    serde_json::from_str(payload).map_err(|e| {
+/// Decode a payload stored under payload version `stored` as the context of `C`.
+///
+/// - `stored == C::VERSION`: parsed directly.
+/// - `stored < C::VERSION`: parsed as JSON, passed through [`Command::upcast`] (whose
+///   error is returned as is), then decoded.
+/// - `stored > C::VERSION`: a permanent error. The claim only hands a worker payloads
+///   of versions it knows, so this means a caller bypassed that filter.
+fn decode<C: Command>(payload: &str, stored: u32) -> Result<C::Context, CommandError> {
+    let undecodable = |e: serde_json::Error| {
         CommandError::permanent(format!(
-            "payload does not decode as the context of {}: {e}",
-            C::TYPE
+            "payload does not decode as the context of {} (stored version {stored}, \
+             handler version {}): {e}",
+            C::TYPE,
+            C::VERSION
         ))
-    })
+    };
+    match stored.cmp(&C::VERSION) {
+        Ordering::Equal => serde_json::from_str(payload).map_err(undecodable),
+        Ordering::Less => {
+            let value: serde_json::Value = serde_json::from_str(payload).map_err(undecodable)?;
+            let current = C::upcast(stored, value)?;
+            serde_json::from_value(current).map_err(|e| {
+                CommandError::permanent(format!(
+                    "payload does not decode as the context of {} after its upcast from \
+                     version {stored} to version {}: {e}",
+                    C::TYPE,
+                    C::VERSION
+                ))
+            })
+        }
+        Ordering::Greater => Err(CommandError::permanent(format!(
+            "payload version {stored} is newer than version {} of {}, which this worker runs; \
+             the claim should have left the task to a worker that knows version {stored}",
+            C::VERSION,
+            C::TYPE
+        ))),
+    }
 }
 
 impl<C: Command> DynHandler for Erased<C> {
     fn command_type(&self) -> &'static str {
         C::TYPE
+    }
+
+    fn version(&self) -> u32 {
+        C::VERSION
     }
 
     fn retry_policy(&self) -> RetryPolicy {
@@ -70,10 +112,11 @@ impl<C: Command> DynHandler for Erased<C> {
     fn execute(
         self: Arc<Self>,
         payload: String,
+        version: u32,
         task: TaskContext,
     ) -> BoxFuture<'static, Result<String, CommandError>> {
         async move {
-            let ctx = decode::<C>(&payload)?;
+            let ctx = decode::<C>(&payload, version)?;
             let output = self.0.execute(ctx, &task).await?;
             serde_json::to_string(&output).map_err(|e| {
                 CommandError::permanent(format!("result does not encode as JSON: {e}"))
@@ -85,10 +128,11 @@ impl<C: Command> DynHandler for Erased<C> {
     fn compensate(
         self: Arc<Self>,
         payload: String,
+        version: u32,
         task: TaskContext,
     ) -> BoxFuture<'static, Result<(), CommandError>> {
         async move {
-            let ctx = decode::<C>(&payload)?;
+            let ctx = decode::<C>(&payload, version)?;
             self.0.compensate(ctx, &task).await
         }
         .boxed()
@@ -123,6 +167,7 @@ pub struct CommandDefaults {
 /// registry.register(Ping).unwrap();
 /// assert!(registry.register(Ping).is_err()); // one handler per type
 /// assert_eq!(registry.command_types(), vec!["PING".to_string()]);
+/// assert_eq!(registry.commands(), vec![("PING".to_string(), 1)]); // Command::VERSION
 /// ```
 #[derive(Clone, Default)]
 pub struct Registry {
@@ -143,6 +188,9 @@ impl Registry {
         if C::MAX_ATTEMPTS == 0 {
             return Err(InvalidInput::new("max attempts", "must be at least 1").into());
         }
+        if C::VERSION == 0 {
+            return Err(InvalidInput::new("payload version", "must be at least 1").into());
+        }
         if self.handlers.contains_key(C::TYPE) {
             return Err(RegistryError::Duplicate(C::TYPE.to_owned()));
         }
@@ -158,6 +206,15 @@ impl Registry {
     /// The registered type names, sorted.
     pub fn command_types(&self) -> Vec<String> {
         self.handlers.keys().map(|k| (*k).to_owned()).collect()
+    }
+
+    /// The registered type names with the payload version each decodes
+    /// ([`Command::VERSION`]), sorted by name: what a worker offers when it claims.
+    pub fn commands(&self) -> Vec<(String, u32)> {
+        self.handlers
+            .iter()
+            .map(|(name, handler)| ((*name).to_owned(), handler.version()))
+            .collect()
     }
 
     /// Whether no command is registered.
@@ -179,5 +236,129 @@ pub fn defaults_of<C: Command>() -> CommandDefaults {
         priority: C::PRIORITY,
         max_attempts: C::MAX_ATTEMPTS,
         timeout: C::TIMEOUT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+    use serde_json::{json, Value};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::task::{TaskId, TaskKind, TaskNo};
+
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Name {
+        first: String,
+        last: String,
+    }
+
+    /// Version 2 of a command whose version 1 stored `{"name": "First Last"}`.
+    struct Greet;
+
+    impl Command for Greet {
+        const TYPE: &'static str = "GREET";
+        const VERSION: u32 = 2;
+        type Context = Name;
+        type Output = String;
+
+        async fn execute(&self, ctx: Name, _: &TaskContext) -> Result<String, CommandError> {
+            Ok(format!("{}/{}", ctx.first, ctx.last))
+        }
+
+        fn upcast(version: u32, payload: Value) -> Result<Value, CommandError> {
+            match (version, payload["name"].as_str()) {
+                (1, Some(name)) => {
+                    let (first, last) = name.split_once(' ').unwrap_or((name, ""));
+                    Ok(json!({ "first": first, "last": last }))
+                }
+                _ => Err(CommandError::permanent(format!(
+                    "cannot upcast version {version}"
+                ))),
+            }
+        }
+    }
+
+    fn context() -> TaskContext {
+        TaskContext::new(
+            TaskId(1),
+            TaskNo::new("T").unwrap(),
+            TaskKind::Execute,
+            1,
+            1,
+            1,
+            "T".into(),
+            None,
+            CancellationToken::new(),
+        )
+    }
+
+    async fn run(payload: &str, version: u32) -> Result<String, CommandError> {
+        let mut registry = Registry::new();
+        registry.register(Greet).unwrap();
+        let handler = registry.get("GREET").unwrap();
+        assert_eq!(handler.version(), 2);
+        handler.execute(payload.into(), version, context()).await
+    }
+
+    #[tokio::test]
+    async fn the_current_version_decodes_directly() {
+        let out = run(r#"{"first":"Ada","last":"Lovelace"}"#, 2)
+            .await
+            .unwrap();
+        assert_eq!(out, r#""Ada/Lovelace""#);
+    }
+
+    #[tokio::test]
+    async fn an_older_version_is_upcast_before_decoding() {
+        let out = run(r#"{"name":"Ada Lovelace"}"#, 1).await.unwrap();
+        assert_eq!(out, r#""Ada/Lovelace""#);
+        // Without the upcast, the v1 payload does not decode as v2.
+        let err = run(r#"{"name":"Ada Lovelace"}"#, 2).await.unwrap_err();
+        assert!(matches!(err, CommandError::Permanent(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("payload does not decode as the context of GREET"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_upcast_error_is_returned_as_is() {
+        let err = run(r#"{"nom":"Ada"}"#, 1).await.unwrap_err();
+        assert_eq!(err, CommandError::permanent("cannot upcast version 1"));
+    }
+
+    #[tokio::test]
+    async fn a_newer_version_is_refused_permanently() {
+        let err = run(r#"{"first":"Ada","last":"Lovelace"}"#, 3)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CommandError::Permanent(_)), "{err}");
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn version_0_is_refused() {
+        struct Zero;
+        impl Command for Zero {
+            const TYPE: &'static str = "ZERO";
+            const VERSION: u32 = 0;
+            type Context = ();
+            type Output = ();
+            async fn execute(&self, _: (), _: &TaskContext) -> Result<(), CommandError> {
+                Ok(())
+            }
+        }
+        let err = Registry::new().register(Zero).unwrap_err();
+        assert!(err.to_string().contains("payload version"), "{err}");
+    }
+
+    #[test]
+    fn the_registry_offers_each_type_with_its_version() {
+        let mut registry = Registry::new();
+        registry.register(Greet).unwrap();
+        assert_eq!(registry.commands(), vec![("GREET".to_owned(), 2)]);
     }
 }

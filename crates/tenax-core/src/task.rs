@@ -306,6 +306,11 @@ pub struct TaskRecord {
     pub command_type: String,
     /// The command's context, as JSON text.
     pub payload: String,
+    /// The shape version of the payload ([`Command::VERSION`](crate::Command::VERSION)
+    /// of the enqueuer), at least 1. Absent in JSON written before versions existed,
+    /// which means 1.
+    #[serde(default = "first_payload_version")]
+    pub payload_version: u32,
     /// Queue.
     pub queue: String,
     /// Priority 0-9.
@@ -340,6 +345,10 @@ pub struct TaskRecord {
     pub started_at: Option<DateTime<Utc>>,
     /// When it reached a finished status.
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+fn first_payload_version() -> u32 {
+    1
 }
 
 /// How one attempt ended.

@@ -71,7 +71,8 @@ impl Client {
     }
 
     /// Enqueue a task of command `C`, with `C`'s defaults; adjust with the builder's
-    /// methods, then `.await` it. Returns once the task is committed.
+    /// methods, then `.await` it. Returns once the task is committed. The payload is
+    /// stored with `C::VERSION`, its shape version.
     pub fn enqueue<C: Command>(&self, context: C::Context) -> Enqueue<'_> {
         let params = serde_json::to_string(&context)
             .map_err(Error::from)
@@ -82,6 +83,7 @@ impl Client {
                 task_no: TaskNo::generate(),
                 command_type: C::TYPE.to_owned(),
                 payload,
+                payload_version: C::VERSION,
                 queue: C::QUEUE.to_owned(),
                 priority,
                 max_attempts: C::MAX_ATTEMPTS,
@@ -93,6 +95,8 @@ impl Client {
     }
 
     /// Enqueue a task by type name and JSON payload (for tools that have no Rust type).
+    /// The payload is stored as version 1; set another with
+    /// [`payload_version`](Enqueue::payload_version).
     pub fn enqueue_raw(&self, command_type: &str, payload: &serde_json::Value) -> Enqueue<'_> {
         Enqueue {
             client: self,
@@ -100,6 +104,7 @@ impl Client {
                 task_no: TaskNo::generate(),
                 command_type: command_type.to_owned(),
                 payload: payload.to_string(),
+                payload_version: 1,
                 queue: QueueName::DEFAULT.to_owned(),
                 priority: Priority::DEFAULT,
                 max_attempts: 5,
@@ -208,6 +213,19 @@ impl Enqueue<'_> {
                 return Err(InvalidInput::new("timeout", "must be positive").into());
             }
             p.timeout = timeout;
+            Ok(())
+        })
+    }
+
+    /// The payload's shape version (at least 1). Defaults to `C::VERSION` for
+    /// [`Client::enqueue`] and 1 for [`Client::enqueue_raw`]. A worker claims the task
+    /// only if it knows this version of the command.
+    pub fn payload_version(self, version: u32) -> Self {
+        self.map(|p| {
+            if version == 0 {
+                return Err(InvalidInput::new("payload_version", "must be at least 1").into());
+            }
+            p.payload_version = version;
             Ok(())
         })
     }

@@ -3,8 +3,9 @@
 //!
 //! One worker runs these loops on tokio:
 //!
-//! - **claim loop**: when slots are free, claims a batch (most urgent first), spawns one
-//!   executor per task, then waits for the poll interval, a wake-up or a freed slot;
+//! - **claim loop**: when slots are free, claims a batch (most urgent first) of the types
+//!   it knows, each up to the payload version it decodes, spawns one executor per task,
+//!   then waits for the poll interval, a wake-up or a freed slot;
 //! - **executors**: run the handler in its own task (so a panic is caught as a
 //!   retryable failure), under the task's timeout, and stop it when its lease is lost
 //!   or can no longer be proven (self-fencing), or at shutdown after the grace period;
@@ -243,7 +244,7 @@ impl Worker {
         let params = TaskClaimParams {
             worker: shared.id.clone(),
             queues: shared.config.queues.clone(),
-            command_types: shared.registry.command_types(),
+            commands: shared.registry.commands(),
             limit: shared.config.concurrency,
             lease_ttl: shared.config.lease_ttl,
             now: at,
@@ -282,7 +283,9 @@ async fn claim_loop(
 ) {
     let slots = Arc::new(Semaphore::new(shared.config.concurrency as usize));
     let mut wakeups = shared.storage.wakeups();
-    let command_types = shared.registry.command_types();
+    // Each type with the payload version it decodes: tasks of newer versions wait for a
+    // worker that knows them.
+    let commands = shared.registry.commands();
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
         // Reap finished executors so the set does not grow.
@@ -301,7 +304,7 @@ async fn claim_loop(
                 .task_claim_batch(&TaskClaimParams {
                     worker: shared.id.clone(),
                     queues: shared.config.queues.clone(),
-                    command_types: command_types.clone(),
+                    commands: commands.clone(),
                     limit,
                     lease_ttl: shared.config.lease_ttl,
                     now: None,
@@ -534,11 +537,11 @@ async fn supervise(
     let payload = task.payload.clone();
     let future = match task.kind {
         TaskKind::Execute => handler
-            .execute(payload, ctx.clone())
+            .execute(payload, task.payload_version, ctx.clone())
             .map(|r| r.map(Some))
             .boxed(),
         TaskKind::Compensate => handler
-            .compensate(payload, ctx.clone())
+            .compensate(payload, task.payload_version, ctx.clone())
             .map(|r| r.map(|()| None))
             .boxed(),
     };

@@ -29,6 +29,9 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
     if params.max_attempts == 0 {
         return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
     }
+    if params.payload_version == 0 {
+        return Err(InvalidInput::new("payload_version", "must be at least 1").into());
+    }
     if params.timeout.is_zero() {
         return Err(InvalidInput::new("timeout", "must be positive").into());
     }
@@ -61,6 +64,10 @@ pub(crate) fn same_payload(stored: &str, new: &Value) -> bool {
 }
 
 /// The answer to an insert whose `task_no` exists: the existing task, or a conflict.
+///
+/// The payload version is not compared: a node of the next version that re-enqueues a
+/// task a node of the previous version enqueued (same type, same payload) means the
+/// same task, and the stored task keeps its version, which every newer worker upcasts.
 pub(crate) fn existing_or_conflict(
     existing: TaskRecord,
     params: &TaskInsertParams,
@@ -126,6 +133,11 @@ pub(crate) fn refusal(
             action,
         },
     }
+}
+
+/// Whether a claim offers no command at all (nothing can be claimed).
+pub(crate) fn offers_nothing(params: &crate::TaskClaimParams) -> bool {
+    params.limit == 0 || params.queues.is_empty() || params.commands.is_empty()
 }
 
 /// The compensation task number derived from a dead task: its number, id and the

@@ -47,6 +47,11 @@ pub struct TaskInsertParams {
     pub command_type: String,
     /// Context as JSON text (must parse as JSON).
     pub payload: String,
+    /// The payload's shape version, at least 1 (the enqueuer's
+    /// [`Command::VERSION`](tenax_core::Command::VERSION)). A repeat of an existing
+    /// `task_no` is the same task whatever its version, as long as the type and payload
+    /// match: the stored version is kept.
+    pub payload_version: u32,
     /// Queue.
     pub queue: String,
     /// Priority.
@@ -92,8 +97,11 @@ pub struct TaskClaimParams {
     pub worker: String,
     /// Queues to claim from.
     pub queues: Vec<String>,
-    /// Command types the worker can run; others are never claimed.
-    pub command_types: Vec<String>,
+    /// The commands the worker can run: each type name with the highest payload
+    /// version it decodes. A task is claimed only if its type is listed and its
+    /// `payload_version` is at most that version; other tasks wait for a worker that
+    /// knows them. Each type at most once.
+    pub commands: Vec<(String, u32)>,
     /// At most this many.
     pub limit: u32,
     /// Lease length from the database's now.

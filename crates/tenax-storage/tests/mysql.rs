@@ -222,7 +222,7 @@ async fn writes_to_other_tasks_do_not_wait_for_a_held_task() {
             .find(|t| t.parent_id == Some(claimed[1].id))
             .unwrap();
         let mut params = claim_params("w2", 1, None);
-        params.command_types = vec![comp.command_type.clone()];
+        params.commands = vec![(comp.command_type.clone(), comp.payload_version)];
         let running = s.task_claim_batch(&params).await.unwrap();
         assert_eq!(running.len(), 1);
         assert_eq!(running[0].id, comp.id);

@@ -40,7 +40,7 @@ async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() 
         .explain_claim(&TaskClaimParams {
             worker: "w".into(),
             queues: vec!["default".into(), "other".into()],
-            command_types: vec!["NOOP".into()],
+            commands: vec![("NOOP".into(), 1), ("OTHER".into(), 3)],
             limit: 10,
             lease_ttl: Duration::from_secs(30),
             now: None,

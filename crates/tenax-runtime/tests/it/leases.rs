@@ -18,7 +18,7 @@ async fn an_expired_lease_is_reaped_and_the_task_runs_again() {
         .task_claim_batch(&TaskClaimParams {
             worker: "crashed-worker".into(),
             queues: vec!["default".into()],
-            command_types: vec!["SCRIPTED".into()],
+            commands: vec![("SCRIPTED".into(), 1)],
             limit: 1,
             lease_ttl: Duration::from_millis(300),
             now: None,
@@ -126,7 +126,7 @@ async fn a_lost_lease_stops_the_handler_and_its_outcome_is_dropped() {
         .task_claim_batch(&TaskClaimParams {
             worker: "intruder".into(),
             queues: vec!["default".into()],
-            command_types: vec!["SCRIPTED".into()],
+            commands: vec![("SCRIPTED".into(), 1)],
             limit: 1,
             lease_ttl: Duration::from_secs(3600),
             now: Some(far),

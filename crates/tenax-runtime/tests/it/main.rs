@@ -14,3 +14,6 @@ mod outcomes;
 
 /// Leases: expiry and the reaper, lost leases, self-fencing, shutdown.
 mod leases;
+
+/// Payload evolution: a task stored by one version of a command runs on the next.
+mod versions;

@@ -16,7 +16,7 @@ use crate::error::{Result, StorageError};
 
 /// The columns every task query selects, in [`task_from_row`]'s terms.
 pub(super) const TASK_COLUMNS: &str =
-    "id, task_no, kind, parent_id, command_type, payload, queue, \
+    "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
      priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
      timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at";
 
@@ -56,6 +56,7 @@ pub(super) fn task_from_row(row: &MySqlRow) -> Result<TaskRecord> {
         parent_id: get_opt_i64("parent_id")?.map(TaskId),
         command_type: text(row, "command_type")?,
         payload: text(row, "payload")?,
+        payload_version: u32_of(get_i64("payload_version")?, "payload_version")?,
         queue: text(row, "queue")?,
         priority: u8::try_from(priority)
             .ok()

@@ -33,8 +33,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, refusal, split_ref,
-    stale_compensation, truncate_error, validate_insert,
+    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, offers_nothing,
+    refusal, split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -377,8 +377,10 @@ async fn on_death(
         TaskKind::Execute => {
             sqlx::query(&format!(
                 "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
-                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
-                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW})
+                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at,
+                     payload_version)
+                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW},
+                         $11)
                  ON CONFLICT (task_no) DO NOTHING"
             ))
             .bind(now)
@@ -391,6 +393,7 @@ async fn on_death(
             .bind(i32::try_from(dead.max_attempts).unwrap_or(i32::MAX))
             .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
             .bind(&dead.last_error)
+            .bind(i32::try_from(dead.payload_version).unwrap_or(i32::MAX))
             .execute(&mut **tx)
             .await
             .map_err(map_err)?;
@@ -411,6 +414,7 @@ fn claim_sql() -> String {
                          SELECT id, priority, run_at FROM tenax_tasks
                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
                            AND run_at <= {NOW} AND command_type = ANY($3)
+                           AND payload_version <= ($8::int4[])[array_position($3, command_type)]
                          ORDER BY priority DESC, run_at, id
                          LIMIT $4
                          FOR UPDATE SKIP LOCKED
@@ -445,11 +449,24 @@ fn bind_claim<'q>(
     query
         .bind(params.now)
         .bind(&params.queues)
-        .bind(&params.command_types)
+        .bind(
+            params
+                .commands
+                .iter()
+                .map(|(t, _)| t.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(i64::from(params.limit))
         .bind(&params.worker)
         .bind(duration_ms(params.lease_ttl) as f64)
         .bind(ATTEMPT_HISTORY_LEN)
+        .bind(
+            params
+                .commands
+                .iter()
+                .map(|(_, v)| i32::try_from(*v).unwrap_or(i32::MAX))
+                .collect::<Vec<_>>(),
+        )
 }
 
 impl PgStorage {
@@ -522,9 +539,10 @@ impl Storage for PgStorage {
             let mut tx = self.begin().await?;
             let inserted = sqlx::query(&format!(
                 "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                     max_attempts, run_at, timeout_ms, created_at, updated_at)
+                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version)
                  VALUES ($2, 'execute', $3, $4, $5, $6, 'pending', $7,
-                         COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW})
+                         COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW},
+                         $11)
                  ON CONFLICT (task_no) DO NOTHING
                  RETURNING {TASK_COLUMNS}, (run_at <= {NOW}) AS due"
             ))
@@ -538,6 +556,7 @@ impl Storage for PgStorage {
             .bind(run_at)
             .bind(delay_ms as f64)
             .bind(duration_ms(params.timeout))
+            .bind(i32::try_from(params.payload_version).unwrap_or(i32::MAX))
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
@@ -608,7 +627,7 @@ impl Storage for PgStorage {
     }
 
     async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+        if offers_nothing(params) {
             return Ok(Vec::new());
         }
         self.timed(async {

@@ -11,7 +11,7 @@ use crate::error::{Result, StorageError};
 
 /// The columns every task query selects, in [`task_from_row`]'s terms.
 pub(super) const TASK_COLUMNS: &str =
-    "id, task_no, kind, parent_id, command_type, payload, queue, \
+    "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
      priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
      timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at";
 
@@ -35,6 +35,10 @@ pub(super) fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
             .map(TaskId),
         command_type: row.try_get("command_type").map_err(map_err)?,
         payload: row.try_get("payload").map_err(map_err)?,
+        payload_version: u32_of(
+            row.try_get("payload_version").map_err(map_err)?,
+            "payload_version",
+        )?,
         queue: row.try_get("queue").map_err(map_err)?,
         priority: u8::try_from(priority)
             .ok()

@@ -26,8 +26,8 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, json_list, refusal,
-    split_ref, stale_compensation, truncate_error, validate_insert,
+    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, json_list,
+    offers_nothing, refusal, split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -184,15 +184,17 @@ async fn schedule_compensation(
 ) -> Result<()> {
     let task_no = compensation_task_no(dead);
     sqlx::query(
-        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
-             status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at)
-         VALUES (?, 'compensate', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
+             queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
+             updated_at)
+         VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
          ON CONFLICT (task_no) DO NOTHING",
     )
     .bind(task_no)
     .bind(dead.id.0)
     .bind(&dead.command_type)
     .bind(&dead.payload)
+    .bind(i64::from(dead.payload_version))
     .bind(&dead.queue)
     .bind(i64::from(dead.priority.get()))
     .bind(i64::from(dead.max_attempts))
@@ -345,15 +347,16 @@ impl Storage for SqliteStorage {
             RunAt::At(at) => at.timestamp_millis(),
         };
         let inserted = sqlx::query(&format!(
-            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                 max_attempts, run_at, timeout_ms, created_at, updated_at)
-             VALUES (?, 'execute', ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
+            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
+                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at)
+             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
              ON CONFLICT (task_no) DO NOTHING
              RETURNING {TASK_COLUMNS}"
         ))
         .bind(params.task_no.as_str())
         .bind(&params.command_type)
         .bind(&params.payload)
+        .bind(i64::from(params.payload_version))
         .bind(&params.queue)
         .bind(i64::from(params.priority.get()))
         .bind(i64::from(params.max_attempts))
@@ -418,11 +421,12 @@ impl Storage for SqliteStorage {
     }
 
     async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        if params.limit == 0 || params.queues.is_empty() || params.command_types.is_empty() {
+        if offers_nothing(params) {
             return Ok(Vec::new());
         }
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        // ?5 is a JSON list of [type, highest payload version the worker decodes].
         let rows = sqlx::query(&format!(
             "UPDATE tenax_tasks
              SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
@@ -432,7 +436,9 @@ impl Storage for SqliteStorage {
                  SELECT id FROM tenax_tasks
                  WHERE status IN ('pending', 'retrying') AND run_at <= ?2
                    AND queue IN (SELECT value FROM json_each(?4))
-                   AND command_type IN (SELECT value FROM json_each(?5))
+                   AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
+                               WHERE json_extract(offer.value, '$[0]') = command_type
+                                 AND json_extract(offer.value, '$[1]') >= payload_version)
                  ORDER BY priority DESC, run_at, id
                  LIMIT ?6)
              RETURNING {TASK_COLUMNS}"
@@ -441,7 +447,7 @@ impl Storage for SqliteStorage {
         .bind(now)
         .bind(duration_ms(params.lease_ttl))
         .bind(json_list(&params.queues))
-        .bind(json_list(&params.command_types))
+        .bind(json_list(&params.commands))
         .bind(i64::from(params.limit))
         .fetch_all(&mut *tx)
         .await

@@ -1,4 +1,4 @@
-//! The conformance cases: what every [`Storage`](crate::Storage) method means, checked the same way on
+//! The conformance cases: what every [`Storage`] method means, checked the same way on
 //! every backend. Each case takes a fresh, migrated [`Harness`].
 use std::collections::HashMap;
 use std::time::Duration;
@@ -206,6 +206,10 @@ pub async fn invalid_insert_changes_nothing(h: &Harness) {
             ..Default::default()
         },
         TaskOpts {
+            payload_version: 0,
+            ..Default::default()
+        },
+        TaskOpts {
             queue: "has space".into(),
             ..Default::default()
         },
@@ -278,7 +282,7 @@ pub async fn claim_takes_only_registered_types_and_due_tasks(h: &Harness) {
     assert_eq!(status_of(h, unknown.id).await, TaskStatus::Pending);
     // A worker that knows the type claims it.
     let mut params = claim_params("w2", 10, None);
-    params.command_types.push("NEWER_TYPE".into());
+    params.commands.push(("NEWER_TYPE".into(), 1));
     let claimed = h.storage.task_claim_batch(&params).await.unwrap();
     assert_eq!(
         claimed.iter().map(|t| t.id).collect::<Vec<_>>(),
@@ -1167,6 +1171,118 @@ pub async fn wakeups_reach_other_processes_where_supported(h: &Harness) {
             "no wake-up reached the other process"
         );
     }
+}
+
+/// Claim as `worker` offering exactly `commands` (type, highest payload version).
+async fn claim_offering(h: &Harness, worker: &str, commands: &[(&str, u32)]) -> Vec<TaskId> {
+    let mut params = claim_params(worker, 10, None);
+    params.commands = commands
+        .iter()
+        .map(|(t, v)| ((*t).to_owned(), *v))
+        .collect();
+    h.storage
+        .task_claim_batch(&params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect()
+}
+
+pub async fn a_newer_payload_version_waits_for_a_worker_that_knows_it(h: &Harness) {
+    let newer = h
+        .task(TaskOpts {
+            payload_version: 2,
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(newer.payload_version, 2);
+    let known = h.task(TaskOpts::default()).await;
+    // A worker of the previous version knows the type at version 1 (and another type
+    // at a higher version, which does not count for this one): it takes the task it
+    // understands and leaves the newer one pending, untouched.
+    let claimed = claim_offering(h, "old", &[(TaskOpts::TYPE, 1), ("OTHER_TYPE", 5)]).await;
+    assert_eq!(claimed, vec![known.id]);
+    assert!(claim_offering(h, "old", &[(TaskOpts::TYPE, 1)])
+        .await
+        .is_empty());
+    let waiting = h
+        .storage
+        .task_get(&TaskRef::Id(newer.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(waiting.status, TaskStatus::Pending);
+    assert_eq!((waiting.attempt, waiting.lease_epoch), (0, 0));
+    // Visible as waiting in the stats.
+    let stats = h.storage.stats().await.unwrap();
+    assert!(
+        stats
+            .by_type
+            .contains(&(TaskOpts::TYPE.to_owned(), TaskStatus::Pending, 1)),
+        "{stats:?}"
+    );
+    // A worker that knows version 2 takes it.
+    let claimed = claim_offering(h, "new", &[(TaskOpts::TYPE, 2)]).await;
+    assert_eq!(claimed, vec![newer.id]);
+    // A worker takes every version up to its own, not only its own.
+    let old_task = h.task(TaskOpts::default()).await;
+    let claimed = claim_offering(h, "newest", &[(TaskOpts::TYPE, 3)]).await;
+    assert_eq!(claimed, vec![old_task.id]);
+}
+
+pub async fn payload_version_is_stored_and_copied_to_the_compensation(h: &Harness) {
+    assert_eq!(h.task(TaskOpts::default()).await.payload_version, 1);
+    let opts = TaskOpts {
+        task_no: Some("V3".into()),
+        payload: r#"{"first":"Ada","last":"Lovelace"}"#.into(),
+        payload_version: 3,
+        ..Default::default()
+    };
+    let task = h.task(opts.clone()).await;
+    assert_eq!(task.payload_version, 3);
+    let fetched = h
+        .storage
+        .task_get(&TaskRef::Id(task.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fetched.payload_version, 3);
+    // The same task_no, type and payload under another version is the same task; it
+    // keeps the version it was stored with.
+    let again = h
+        .storage
+        .task_insert(
+            &TaskOpts {
+                payload_version: 1,
+                ..opts
+            }
+            .params(),
+        )
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.task.id, task.id);
+    assert_eq!(again.task.payload_version, 3);
+
+    let mut params = claim_params("w1", 10, None);
+    params.commands = vec![(TaskOpts::TYPE.to_owned(), 3)];
+    let claimed = h.storage.task_claim_batch(&params).await.unwrap();
+    let running = claimed.iter().find(|t| t.id == task.id).unwrap();
+    assert_eq!(running.payload_version, 3);
+    assert!(fail(h, lease(running), FailNext::Dead, None).await);
+    let comp = compensation_of(h, task.id).await;
+    assert_eq!(comp.len(), 1);
+    assert_eq!(comp[0].payload, task.payload);
+    assert_eq!(comp[0].payload_version, 3);
+    // The compensation waits for a worker that knows version 3, like its parent.
+    assert!(claim_offering(h, "w2", &[(TaskOpts::TYPE, 2)])
+        .await
+        .is_empty());
+    assert_eq!(
+        claim_offering(h, "w3", &[(TaskOpts::TYPE, 3)]).await,
+        vec![comp[0].id]
+    );
 }
 
 pub async fn times_out_of_range_are_refused_or_clamped(h: &Harness) {

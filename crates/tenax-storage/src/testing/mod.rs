@@ -68,12 +68,12 @@ impl Harness {
     }
 }
 
-/// Claim parameters for the factory's command type and queue.
+/// Claim parameters for the factory's command type (payload version 1) and queue.
 pub fn claim_params(worker: &str, limit: u32, now: Option<DateTime<Utc>>) -> TaskClaimParams {
     TaskClaimParams {
         worker: worker.to_owned(),
         queues: vec!["default".to_owned()],
-        command_types: vec![TaskOpts::TYPE.to_owned()],
+        commands: vec![(TaskOpts::TYPE.to_owned(), 1)],
         limit,
         lease_ttl: Duration::from_secs(30),
         now,
@@ -156,6 +156,7 @@ pub struct TaskOpts {
     pub task_no: Option<String>,
     pub command_type: String,
     pub payload: String,
+    pub payload_version: u32,
     pub queue: String,
     pub priority: u8,
     pub max_attempts: u32,
@@ -176,6 +177,7 @@ impl TaskOpts {
                 .unwrap_or_else(TaskNo::generate),
             command_type: self.command_type.clone(),
             payload: self.payload.clone(),
+            payload_version: self.payload_version,
             queue: self.queue.clone(),
             priority: Priority::new(self.priority).expect("valid priority"),
             max_attempts: self.max_attempts,
@@ -192,6 +194,7 @@ impl Default for TaskOpts {
             task_no: None,
             command_type: Self::TYPE.to_owned(),
             payload: "{}".to_owned(),
+            payload_version: 1,
             queue: "default".to_owned(),
             priority: 5,
             max_attempts: 5,
@@ -238,6 +241,8 @@ macro_rules! conformance_tests {
                 wakeups_reach_other_processes_where_supported,
                 times_out_of_range_are_refused_or_clamped,
                 retrying_a_stale_compensation_is_refused,
+                a_newer_payload_version_waits_for_a_worker_that_knows_it,
+                payload_version_is_stored_and_copied_to_the_compensation,
             );
         }
     };
