@@ -1,4 +1,4 @@
-//! The conformance cases: what every [`Storage`] method means, checked the same way on
+//! The conformance cases: what every [`Storage`](crate::Storage) method means, checked the same way on
 //! every backend. Each case takes a fresh, migrated [`Harness`].
 use std::collections::HashMap;
 use std::time::Duration;
