@@ -26,7 +26,7 @@ use futures::FutureExt;
 use rand::Rng;
 use tenax_core::{
     CommandError, CompensationState, DynHandler, ExecutionHook, ExecutionOutcome, Registry,
-    TaskContext, TaskId, TaskKind, TaskNo, TaskRecord,
+    RetryPolicy, TaskContext, TaskId, TaskKind, TaskNo, TaskRecord,
 };
 use tenax_storage::{
     FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams, TaskCompleteParams,
@@ -475,13 +475,8 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     );
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
-        write_outcome(
-            shared,
-            &task,
-            lease,
-            Ended::Returned(Err(CommandError::permanent("no handler registered"))),
-        )
-        .await;
+        let error = "no handler registered for this command type".to_owned();
+        write_outcome(shared, lease, Decision::Fail(error, FailNext::Dead)).await;
         return;
     };
     for hook in &shared.hooks {
@@ -507,7 +502,8 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     for hook in &shared.hooks {
         hook.after(&ctx, observed).await;
     }
-    write_outcome_with(shared, &task, lease, ended, &handler).await;
+    let decision = decide(&task, ended, &handler.retry_policy());
+    write_outcome(shared, lease, decision).await;
 }
 
 /// Removes an attempt's entry from the held map when the attempt ends.
@@ -575,98 +571,62 @@ async fn supervise(
     ended
 }
 
-async fn write_outcome_with(
-    shared: &Arc<Shared>,
-    task: &TaskRecord,
-    lease: Lease,
-    ended: Ended,
-    handler: &Arc<dyn DynHandler>,
-) {
-    let ended = match ended {
-        Ended::Returned(Err(e)) if e.is_retryable() && task.attempt < task.max_attempts => {
-            let delay = match &e {
-                CommandError::RetryAfter { after, .. } => {
-                    handler.retry_policy().clamp_retry_after(*after)
-                }
-                _ => handler.retry_policy().delay(task.attempt, &mut rand::rng()),
-            };
-            return write_fail(shared, lease, e.to_string(), FailNext::Retry(delay)).await;
+/// What an ended attempt writes.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    /// Succeeded, with its result; for a compensation, what to record on its task.
+    Complete(Option<String>, CompensationState),
+    /// Failed: the error to store, and what comes next.
+    Fail(String, FailNext),
+    /// Lease lost or unprovable: nothing may be written.
+    Drop(&'static str),
+}
+
+/// Decide what an ended attempt writes. A transient failure (retryable error, panic,
+/// timeout) is retried after the policy's delay while attempts remain, else the task
+/// is dead; a permanent error kills it at once.
+fn decide(task: &TaskRecord, ended: Ended, policy: &RetryPolicy) -> Decision {
+    let transient = |message: String, delay: Duration| {
+        if task.attempt < task.max_attempts {
+            Decision::Fail(message, FailNext::Retry(delay))
+        } else {
+            let message = format!(
+                "{message} (attempt {} of {}: no attempts left)",
+                task.attempt, task.max_attempts
+            );
+            Decision::Fail(message, FailNext::Dead)
         }
-        other => other,
     };
-    let delay_for = |attempt| handler.retry_policy().delay(attempt, &mut rand::rng());
+    let backoff = || policy.delay(task.attempt, &mut rand::rng());
     match ended {
-        Ended::Panicked(message) if task.attempt < task.max_attempts => {
-            write_fail(
-                shared,
-                lease,
-                format!("handler panicked: {message}"),
-                FailNext::Retry(delay_for(task.attempt)),
-            )
-            .await;
+        Ended::Returned(Ok(result)) => Decision::Complete(result, CompensationState::Succeeded),
+        Ended::Returned(Err(CommandError::NoCompensation)) if task.kind == TaskKind::Compensate => {
+            Decision::Complete(None, CompensationState::None)
         }
-        Ended::TimedOut(after) if task.attempt < task.max_attempts => {
-            write_fail(
-                shared,
-                lease,
-                format!("timed out after {after:?}"),
-                FailNext::Retry(delay_for(task.attempt)),
-            )
-            .await;
+        Ended::Returned(Err(e @ CommandError::RetryAfter { after, .. })) => {
+            transient(e.to_string(), policy.clamp_retry_after(after))
         }
-        other => write_outcome(shared, task, lease, other).await,
+        Ended::Returned(Err(e)) if e.is_retryable() => transient(e.to_string(), backoff()),
+        Ended::Returned(Err(e)) => Decision::Fail(e.to_string(), FailNext::Dead),
+        Ended::Panicked(message) => transient(format!("handler panicked: {message}"), backoff()),
+        Ended::TimedOut(after) => transient(format!("timed out after {after:?}"), backoff()),
+        // Handed back: retried at once, and the interrupted attempt is refunded.
+        Ended::Stopped => Decision::Fail(
+            "worker shut down before the attempt finished".into(),
+            FailNext::HandBack,
+        ),
+        Ended::Fenced(why) => Decision::Drop(why),
     }
 }
 
-/// Write an outcome that needs no retry policy.
-async fn write_outcome(shared: &Arc<Shared>, task: &TaskRecord, lease: Lease, ended: Ended) {
-    match ended {
-        Ended::Returned(Ok(result)) => {
-            write_complete(shared, lease, result, CompensationState::Succeeded).await;
+/// Write what an ended attempt decided.
+async fn write_outcome(shared: &Arc<Shared>, lease: Lease, decision: Decision) {
+    match decision {
+        Decision::Complete(result, compensation) => {
+            write_complete(shared, lease, result, compensation).await;
         }
-        Ended::Returned(Err(CommandError::NoCompensation)) if task.kind == TaskKind::Compensate => {
-            write_complete(shared, lease, None, CompensationState::None).await;
-        }
-        Ended::Returned(Err(e)) => {
-            let reason = if e.is_retryable() {
-                format!(
-                    "{e} (attempt {} of {}: no attempts left)",
-                    task.attempt, task.max_attempts
-                )
-            } else {
-                e.to_string()
-            };
-            write_fail(shared, lease, reason, FailNext::Dead).await;
-        }
-        Ended::Panicked(message) => {
-            write_fail(
-                shared,
-                lease,
-                format!("handler panicked: {message} (no attempts left)"),
-                FailNext::Dead,
-            )
-            .await;
-        }
-        Ended::TimedOut(after) => {
-            write_fail(
-                shared,
-                lease,
-                format!("timed out after {after:?} (no attempts left)"),
-                FailNext::Dead,
-            )
-            .await;
-        }
-        Ended::Stopped => {
-            write_fail(
-                shared,
-                lease,
-                "worker shut down before the attempt finished".into(),
-                // Handed back: retried at once, and the interrupted attempt is refunded.
-                FailNext::HandBack,
-            )
-            .await;
-        }
-        Ended::Fenced(why) => {
+        Decision::Fail(error, next) => write_fail(shared, lease, error, next).await,
+        Decision::Drop(why) => {
             warn!(reason = why, "handler stopped; its outcome is dropped, the task will be retried after the lease expires");
         }
     }
@@ -795,5 +755,92 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
             // fence themselves before the leases expire.
             Err(e) => warn!(worker = %shared.id, error = %e, "heartbeat failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(attempt: u32, max_attempts: u32, kind: TaskKind) -> TaskRecord {
+        let now = chrono::Utc::now();
+        TaskRecord {
+            id: TaskId(1),
+            task_no: tenax_core::TaskNo::from_stored("T".into()),
+            kind,
+            parent_id: None,
+            command_type: "X".into(),
+            payload: "{}".into(),
+            payload_version: 1,
+            queue: "default".into(),
+            priority: tenax_core::Priority::DEFAULT,
+            status: tenax_core::TaskStatus::Running,
+            attempt,
+            max_attempts,
+            lease_epoch: attempt.into(),
+            lease_owner: Some("w".into()),
+            lease_expires_at: Some(now),
+            run_at: now,
+            timeout_ms: 1000,
+            last_error: None,
+            result: None,
+            compensation: None,
+            created_at: now,
+            updated_at: now,
+            started_at: Some(now),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn transient_failures_retry_until_the_budget_is_spent() {
+        let policy = RetryPolicy::default().with_jitter(tenax_core::Jitter::None);
+        let panicked = || Ended::Panicked("boom".into());
+        assert_eq!(
+            decide(&task(2, 3, TaskKind::Execute), panicked(), &policy),
+            Decision::Fail(
+                "handler panicked: boom".into(),
+                FailNext::Retry(Duration::from_secs(10))
+            )
+        );
+        assert_eq!(
+            decide(&task(3, 3, TaskKind::Execute), panicked(), &policy),
+            Decision::Fail(
+                "handler panicked: boom (attempt 3 of 3: no attempts left)".into(),
+                FailNext::Dead
+            )
+        );
+        let later = Ended::Returned(Err(CommandError::retry_after(
+            Duration::from_secs(7),
+            "busy",
+        )));
+        assert!(matches!(
+            decide(&task(1, 3, TaskKind::Execute), later, &policy),
+            Decision::Fail(_, FailNext::Retry(d)) if d == Duration::from_secs(7)
+        ));
+    }
+
+    #[test]
+    fn permanent_errors_shutdown_and_lost_leases() {
+        let policy = RetryPolicy::default();
+        let t = task(1, 5, TaskKind::Execute);
+        let permanent = Ended::Returned(Err(CommandError::permanent("invalid id card")));
+        assert_eq!(
+            decide(&t, permanent, &policy),
+            Decision::Fail("invalid id card".into(), FailNext::Dead)
+        );
+        assert!(matches!(
+            decide(&t, Ended::Stopped, &policy),
+            Decision::Fail(_, FailNext::HandBack)
+        ));
+        assert_eq!(
+            decide(&t, Ended::Fenced("lease lost"), &policy),
+            Decision::Drop("lease lost")
+        );
+        let none = Ended::Returned(Err(CommandError::NoCompensation));
+        assert_eq!(
+            decide(&task(1, 5, TaskKind::Compensate), none, &policy),
+            Decision::Complete(None, CompensationState::None)
+        );
     }
 }
