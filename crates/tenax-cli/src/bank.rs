@@ -128,7 +128,7 @@ impl Command for BankOpenAccount {
     }
 
     fn retry_policy(&self) -> RetryPolicy {
-        self.retry
+        self.retry.clone()
     }
 }
 

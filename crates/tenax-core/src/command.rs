@@ -52,8 +52,9 @@ pub trait Command: Send + Sync + 'static {
     /// Attempts before the task is dead. Defaults to 5.
     const MAX_ATTEMPTS: u32 = 5;
     /// Time allowed for one attempt before it counts as a retryable failure. Defaults to
-    /// 5 minutes.
-    const TIMEOUT: Duration = Duration::from_secs(300);
+    /// 30 minutes: long enough for real work, short enough that a hung handler does not
+    /// hold its slot for hours. Heartbeats keep the lease alive meanwhile.
+    const TIMEOUT: Duration = Duration::from_secs(30 * 60);
     /// The queue tasks of this command go to. Defaults to `"default"`.
     const QUEUE: &'static str = QueueName::DEFAULT;
     /// Priority 0-9 (9 most urgent). Defaults to 5.
@@ -244,8 +245,10 @@ impl TaskContext {
         self.cause.as_deref()
     }
 
-    /// Cancelled when the runtime stops this attempt: timeout, lost lease, shutdown.
-    /// Long handlers should watch it and return early.
+    /// Cancelled when the runtime stops this attempt: timeout, lost lease, shutdown, or
+    /// an operator's cancel of the running task. Long handlers should watch it and
+    /// return early; after a cancel request, a handler that returns an error ends the
+    /// task `cancelled`, one that ignores the request is stopped at its timeout.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancellation
     }

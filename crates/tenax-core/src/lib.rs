@@ -24,7 +24,7 @@ pub use command::{Command, TaskContext};
 pub use error::{CommandError, ResultExt};
 pub use hook::{ExecutionHook, ExecutionOutcome, HookFuture};
 pub use registry::{defaults_of, CommandDefaults, DynHandler, Registry, RegistryError};
-pub use retry::{Jitter, RetryPolicy};
+pub use retry::{Backoff, BackoffFn, Jitter, LoadAware, RetryPolicy};
 pub use state::{TaskStatus, Transition};
 pub use task::{
     validate_command_type, AttemptOutcome, AttemptRecord, CompensationState, InvalidInput,

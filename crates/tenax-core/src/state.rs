@@ -10,7 +10,8 @@
 //!     │  │              │
 //!     │  └──── dead ◀───┘ (from running: permanent error, attempts used up)
 //!     ▼
-//!  cancelled ◀── (pending, retrying, blocked)
+//!  cancelled ◀── (pending, retrying, blocked; running after a cancel request,
+//!                  written by its worker when the handler stops)
 //!  blocked ──▶ pending (parents done; reserved for workflows)
 //! ```
 //!
@@ -36,7 +37,8 @@ pub enum TaskStatus {
     /// Finished without success: permanent error or attempts used up (terminal until a
     /// manual retry). Its compensation runs.
     Dead,
-    /// Cancelled before it ran (terminal).
+    /// Cancelled before it ran, or stopped while running after a cancel request
+    /// (terminal).
     Cancelled,
     /// Waiting for parent tasks (workflows).
     Blocked,
@@ -120,6 +122,9 @@ pub enum Transition {
     ReapDead,
     /// An operator or the caller cancelled the task before it ran.
     Cancel,
+    /// A running task whose cancel was requested stopped without succeeding (written
+    /// by its worker under the lease epoch).
+    CancelRunning,
     /// An operator retried a dead task (fresh attempt budget, history kept).
     ManualRetry,
     /// All parents finished (workflows).
@@ -141,6 +146,7 @@ pub const TRANSITIONS: &[(TaskStatus, Transition, TaskStatus)] = {
         (Pending, Cancel, Cancelled),
         (Retrying, Cancel, Cancelled),
         (Blocked, Cancel, Cancelled),
+        (Running, CancelRunning, Cancelled),
         (Dead, ManualRetry, Pending),
         (Blocked, Unblock, Pending),
     ]
@@ -185,7 +191,13 @@ mod tests {
 
     #[test]
     fn running_is_left_only_by_a_worker_outcome_or_the_reaper() {
+        // A cancel does not move a running task; its worker does, once the handler
+        // has stopped.
         assert_eq!(apply(TaskStatus::Running, Transition::Cancel), None);
+        assert_eq!(
+            apply(TaskStatus::Running, Transition::CancelRunning),
+            Some(TaskStatus::Cancelled)
+        );
         assert_eq!(apply(TaskStatus::Running, Transition::Claim), None);
         assert_eq!(
             apply(TaskStatus::Running, Transition::Complete),

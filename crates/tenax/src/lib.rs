@@ -40,10 +40,10 @@
 #![forbid(unsafe_code)]
 
 pub use tenax_core::{
-    defaults_of, AttemptOutcome, AttemptRecord, Command, CommandDefaults, CommandError,
-    CompensationState, ExecutionHook, ExecutionOutcome, HookFuture, InvalidInput, Jitter, Priority,
-    QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext, TaskId, TaskKind,
-    TaskNo, TaskRecord, TaskStatus,
+    defaults_of, AttemptOutcome, AttemptRecord, Backoff, Command, CommandDefaults, CommandError,
+    CompensationState, ExecutionHook, ExecutionOutcome, HookFuture, InvalidInput, Jitter,
+    LoadAware, Priority, QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext,
+    TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
 pub use tenax_runtime::{Client, ConfigError, Enqueue, Error, Worker, WorkerConfig};
 
