@@ -111,7 +111,11 @@ pub trait Storage: Send + Sync + 'static {
     /// attempts, `dead`; the expiry is re-checked in the write itself.
     async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>>;
 
-    /// Cancel a `pending`, `retrying` or `blocked` task.
+    /// Cancel a `pending`, `retrying` or `blocked` task at once. For a `running` task,
+    /// record a cancel request and return the task still `running`: its worker learns
+    /// of it at the next heartbeat ([`Storage::task_cancel_requested`]) and signals the
+    /// handler; from then on a failed or handed-back attempt of the task ends it
+    /// `cancelled` instead of retrying it (a success is still recorded as such).
     async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord>;
 
     /// Return a `dead` task to `pending` with a fresh attempt budget; its history is
@@ -124,6 +128,19 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Counts by status and by command type.
     async fn stats(&self) -> Result<Stats>;
+
+    /// The earliest run time after now of a waiting (`pending` or `retrying`) task the
+    /// given queues and commands could claim, with the database's now, or `None`. Workers arm a timer for it, so
+    /// a delayed task starts on time whatever the poll interval.
+    async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>>;
+
+    /// The due backlog of each given queue (a queue without due tasks is reported with
+    /// zero), in the order asked.
+    async fn queue_backlog(&self, params: &QueueBacklogParams) -> Result<Vec<QueueBacklog>>;
+
+    /// The leases among those given whose task has a pending cancel request (see
+    /// [`Storage::task_cancel`]): their handlers should be asked to stop.
+    async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

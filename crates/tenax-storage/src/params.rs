@@ -88,6 +88,9 @@ pub struct TaskListParams {
     pub before_id: Option<TaskId>,
     /// At most this many (newest first).
     pub limit: u32,
+    /// Only tasks first claimed before this instant (with `status: running`, the tasks
+    /// running longer than `now - started_before`).
+    pub started_before: Option<DateTime<Utc>>,
 }
 
 /// [`Storage::task_claim_batch`](crate::Storage::task_claim_batch).
@@ -155,6 +158,8 @@ pub enum FailNext {
     /// The worker gives the task back unfinished (shutdown): retry now, and the attempt
     /// is not counted against the budget.
     HandBack,
+    /// The handler stopped after a cancel request: the task is `cancelled`.
+    Cancelled,
 }
 
 /// [`Storage::task_fail_if_leased`](crate::Storage::task_fail_if_leased).
@@ -233,4 +238,52 @@ impl Stats {
     pub fn total(&self) -> u64 {
         self.by_status.iter().map(|(_, n)| n).sum()
     }
+}
+
+/// [`Storage::task_next_run_at`](crate::Storage::task_next_run_at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskNextRunParams {
+    /// Queues the worker claims from.
+    pub queues: Vec<String>,
+    /// The commands the worker can run, as in [`TaskClaimParams::commands`].
+    pub commands: Vec<(String, u32)>,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// [`Storage::queue_backlog`](crate::Storage::queue_backlog).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueBacklogParams {
+    /// The queues to measure.
+    pub queues: Vec<String>,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// The due backlog of one queue: waiting tasks whose run time has come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueBacklog {
+    /// The queue.
+    pub queue: String,
+    /// Due tasks (`pending` or `retrying`, run time reached).
+    pub due: u64,
+    /// The oldest due task's run time, if any is due.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+}
+
+/// [`Storage::task_cancel_requested`](crate::Storage::task_cancel_requested).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequestedParams {
+    /// The leases a worker holds.
+    pub leases: Vec<Lease>,
+}
+
+/// What [`Storage::task_next_run_at`](crate::Storage::task_next_run_at) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRun {
+    /// The earliest future run time.
+    pub run_at: DateTime<Utc>,
+    /// The database's now (or the override) when it was read: `run_at - now` is how
+    /// long a worker sleeps, whatever its own clock says.
+    pub now: DateTime<Utc>,
 }

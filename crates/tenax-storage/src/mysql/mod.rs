@@ -48,6 +48,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod rows;
+mod runtime;
 
 use rows::{task_from_row, TASK_COLUMNS};
 
@@ -817,20 +818,26 @@ impl MySqlStorage {
             tx.rollback().await.map_err(map_err)?;
             return Ok(false);
         };
-        let (wants_death, run_at, refund) = match params.next {
-            FailNext::Retry(delay) => (false, plus(now, delay), 0),
-            FailNext::Dead => (true, now, 0),
-            FailNext::HandBack => (false, now, 1),
+        let (wants_death, run_at, refund, cancel) = match params.next {
+            FailNext::Retry(delay) => (false, plus(now, delay), 0, false),
+            FailNext::Dead => (true, now, 0, false),
+            FailNext::HandBack => (false, now, 1, false),
+            FailNext::Cancelled => (false, now, 0, true),
         };
+        // A task whose cancel was requested is not retried: it ends cancelled (a
+        // permanent failure still kills it).
+        let cancel = cancel || runtime::cancel_is_requested(&mut tx, task.id).await?;
         // A task out of attempts dies even if the caller asked for a retry: the budget
         // is enforced here, not only by the worker. A hand-back refunds the attempt
         // first, so it never kills a task. Decided here from the locked row, not in
         // SQL: MySQL evaluates SET assignments left to right, each seeing the previous
         // ones' new values.
         let attempt = task.attempt.saturating_sub(refund);
-        let dead = wants_death || attempt >= task.max_attempts;
+        let dead = wants_death || (!cancel && attempt >= task.max_attempts);
         let (status, finished_at) = if dead {
             (TaskStatus::Dead, Some(now))
+        } else if cancel {
+            (TaskStatus::Cancelled, Some(now))
         } else {
             (TaskStatus::Retrying, None)
         };
@@ -962,6 +969,15 @@ impl MySqlStorage {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        if let Some(task) = current
+            .as_ref()
+            .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
+        {
+            if runtime::request_cancel(&mut tx, task.id, now).await? {
+                tx.commit().await.map_err(map_err)?;
+                return Ok(task.clone());
+            }
+        }
         let Some(task) = current.clone().filter(|t| {
             t.kind == TaskKind::Execute
                 && matches!(
@@ -1161,6 +1177,10 @@ impl Storage for MySqlStorage {
         if let Some(before) = params.before_id {
             qb.push(" AND id < ").push_bind(before.0);
         }
+        if let Some(started_before) = params.started_before {
+            qb.push(" AND started_at < ")
+                .push_bind(storable(started_before));
+        }
         qb.push(" ORDER BY id DESC LIMIT ")
             .push_bind(i64::from(params.limit));
         let rows = qb.build().fetch_all(&self.pool).await.map_err(map_err)?;
@@ -1260,5 +1280,17 @@ impl Storage for MySqlStorage {
         let now: DateTime<Utc> = row.try_get("now").map_err(map_err)?;
         stats.oldest_due_age = oldest.map(|oldest| (now - oldest).to_std().unwrap_or_default());
         Ok(stats)
+    }
+
+    async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {
+        runtime::next_run_at(&self.pool, params).await
+    }
+
+    async fn queue_backlog(&self, params: &QueueBacklogParams) -> Result<Vec<QueueBacklog>> {
+        runtime::queue_backlog(&self.pool, params).await
+    }
+
+    async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
+        runtime::cancel_requested(&self.pool, params).await
     }
 }

@@ -41,6 +41,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod rows;
+mod runtime;
 
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
 
@@ -544,7 +545,7 @@ impl Storage for PgStorage {
                          COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW},
                          $11)
                  ON CONFLICT (task_no) DO NOTHING
-                 RETURNING {TASK_COLUMNS}, (run_at <= {NOW}) AS due"
+                 RETURNING {TASK_COLUMNS}"
             ))
             .bind(params.now)
             .bind(params.task_no.as_str())
@@ -562,9 +563,9 @@ impl Storage for PgStorage {
             .map_err(map_err)?;
             if let Some(row) = inserted {
                 let task = task_from_row(&row)?;
-                if row.try_get::<bool, _>("due").map_err(map_err)? {
-                    notify(&mut tx, &task.queue).await?;
-                }
+                // Every insert notifies, due or delayed: a delayed task may be due before
+                // the timer other workers have armed, and they re-arm on the hint.
+                notify(&mut tx, &task.queue).await?;
                 tx.commit().await.map_err(map_err)?;
                 self.wake();
                 return Ok(TaskInserted {
@@ -595,6 +596,7 @@ impl Storage for PgStorage {
                    AND ($2::text IS NULL OR command_type = $2)
                    AND ($3::text IS NULL OR queue = $3)
                    AND ($4::bigint IS NULL OR id < $4)
+                   AND ($6::timestamptz IS NULL OR started_at < $6)
                  ORDER BY id DESC
                  LIMIT $5"
             ))
@@ -603,6 +605,7 @@ impl Storage for PgStorage {
             .bind(params.queue.as_deref())
             .bind(params.before_id.map(|id| id.0))
             .bind(i64::from(params.limit))
+            .bind(params.started_before)
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
@@ -720,24 +723,31 @@ impl Storage for PgStorage {
 
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
         let error = truncate_error(&params.error);
-        let (wants_death, delay_ms, refund) = match params.next {
-            FailNext::Retry(delay) => (false, duration_ms(delay), 0i32),
-            FailNext::Dead => (true, 0, 0),
-            FailNext::HandBack => (false, 0, 1),
+        let (wants_death, delay_ms, refund, cancel) = match params.next {
+            FailNext::Retry(delay) => (false, duration_ms(delay), 0i32, false),
+            FailNext::Dead => (true, 0, 0, false),
+            FailNext::HandBack => (false, 0, 1, false),
+            FailNext::Cancelled => (false, 0, 0, true),
         };
         self.timed(async {
             let mut tx = self.begin().await?;
             // A task out of attempts dies even if the caller asked for a retry; a
-            // hand-back refunds the attempt first, so it never kills a task.
+            // hand-back refunds the attempt first, so it never kills a task. A task
+            // whose cancel was requested is not retried: it ends cancelled (a
+            // permanent failure still kills it).
+            let status = "CASE WHEN $2 THEN 'dead'
+                               WHEN $8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
+                               WHEN attempt - $7 >= max_attempts THEN 'dead'
+                               ELSE 'retrying' END";
             let row = sqlx::query(&format!(
                 "UPDATE tenax_tasks
-                 SET status = CASE WHEN $2 OR attempt - $7 >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 SET status = {status},
                      attempt = attempt - $7,
                      run_at = {NOW} + $3::float8 * interval '1 millisecond',
                      last_error = $4, updated_at = {NOW},
                      lease_owner = NULL, lease_expires_at = NULL,
-                     finished_at = CASE WHEN $2 OR attempt - $7 >= max_attempts THEN {NOW} END,
-                     compensation = CASE WHEN ($2 OR attempt - $7 >= max_attempts) AND kind = 'execute'
+                     finished_at = CASE WHEN {status} <> 'retrying' THEN {NOW} END,
+                     compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
                                          THEN 'pending' ELSE compensation END
                  WHERE id = $5 AND status = 'running' AND lease_epoch = $6
                  RETURNING {TASK_COLUMNS}"
@@ -749,6 +759,7 @@ impl Storage for PgStorage {
             .bind(params.lease.id.0)
             .bind(params.lease.epoch)
             .bind(refund)
+            .bind(cancel)
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
@@ -766,7 +777,7 @@ impl Storage for PgStorage {
             close_attempt(&mut tx, params.now, params.lease, outcome, Some(&error)).await?;
             if dead {
                 on_death(&mut tx, params.now, &task).await?;
-            } else if delay_ms == 0 {
+            } else if delay_ms == 0 && task.status == TaskStatus::Retrying {
                 notify(&mut tx, &task.queue).await?;
             }
             tx.commit().await.map_err(map_err)?;
@@ -859,6 +870,14 @@ impl Storage for PgStorage {
                 return Ok(task);
             }
             let current = fetch_ref(&mut *tx, &params.task).await?;
+            if let Some(task) = current.as_ref().filter(|t| {
+                t.kind == TaskKind::Execute && t.status == TaskStatus::Running
+            }) {
+                if runtime::request_cancel(&mut tx, params.now, task.id).await? {
+                    tx.commit().await.map_err(map_err)?;
+                    return Ok(task.clone());
+                }
+            }
             tx.rollback().await.map_err(map_err)?;
             if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
                 // The compensated task would wait for it forever.
@@ -994,6 +1013,19 @@ impl Storage for PgStorage {
             Ok(stats)
         })
         .await
+    }
+
+    async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {
+        self.timed(runtime::next_run_at(&self.pool, params)).await
+    }
+
+    async fn queue_backlog(&self, params: &QueueBacklogParams) -> Result<Vec<QueueBacklog>> {
+        self.timed(runtime::queue_backlog(&self.pool, params)).await
+    }
+
+    async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
+        self.timed(runtime::cancel_requested(&self.pool, params))
+            .await
     }
 }
 

@@ -34,6 +34,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod rows;
+mod runtime;
 
 use rows::{ms, task_from_row, TASK_COLUMNS};
 
@@ -148,6 +149,17 @@ async fn clock(tx: &mut Transaction<'static, Sqlite>, now: Option<DateTime<Utc>>
         Some(now) => Ok(now.timestamp_millis()),
         None => sqlx::query_scalar(NOW_MS)
             .fetch_one(&mut **tx)
+            .await
+            .map_err(map_err),
+    }
+}
+
+/// The database clock, or the caller's override, in milliseconds, outside a transaction.
+async fn clock_now(pool: &SqlitePool, now: Option<DateTime<Utc>>) -> Result<i64> {
+    match now {
+        Some(now) => Ok(now.timestamp_millis()),
+        None => sqlx::query_scalar(NOW_MS)
+            .fetch_one(pool)
             .await
             .map_err(map_err),
     }
@@ -394,6 +406,7 @@ impl Storage for SqliteStorage {
                AND (?2 IS NULL OR command_type = ?2)
                AND (?3 IS NULL OR queue = ?3)
                AND (?4 IS NULL OR id < ?4)
+               AND (?6 IS NULL OR started_at < ?6)
              ORDER BY id DESC
              LIMIT ?5"
         ))
@@ -402,6 +415,7 @@ impl Storage for SqliteStorage {
         .bind(params.queue.as_deref())
         .bind(params.before_id.map(|id| id.0))
         .bind(i64::from(params.limit))
+        .bind(params.started_before.map(|t| t.timestamp_millis()))
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
@@ -559,22 +573,28 @@ impl Storage for SqliteStorage {
         let error = truncate_error(&params.error);
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let (wants_death, run_at, refund) = match params.next {
-            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay)), 0),
-            FailNext::Dead => (true, now, 0),
-            FailNext::HandBack => (false, now, 1),
+        let (wants_death, run_at, refund, cancel) = match params.next {
+            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay)), 0, false),
+            FailNext::Dead => (true, now, 0, false),
+            FailNext::HandBack => (false, now, 1, false),
+            FailNext::Cancelled => (false, now, 0, true),
         };
         // A task out of attempts dies even if the caller asked for a retry: the budget
         // is enforced here, not only by the worker. A hand-back refunds the attempt
-        // first, so it never kills a task.
+        // first, so it never kills a task. A task whose cancel was requested is not
+        // retried: it ends cancelled (a permanent failure still kills it).
+        let status = "CASE WHEN ?1 THEN 'dead'
+                           WHEN ?8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
+                           WHEN attempt - ?7 >= max_attempts THEN 'dead'
+                           ELSE 'retrying' END";
         let row = sqlx::query(&format!(
             "UPDATE tenax_tasks
-             SET status = CASE WHEN ?1 OR attempt - ?7 >= max_attempts THEN 'dead' ELSE 'retrying' END,
+             SET status = {status},
                  attempt = attempt - ?7,
                  run_at = ?2, last_error = ?3, updated_at = ?4,
                  lease_owner = NULL, lease_expires_at = NULL,
-                 finished_at = CASE WHEN ?1 OR attempt - ?7 >= max_attempts THEN ?4 END,
-                 compensation = CASE WHEN (?1 OR attempt - ?7 >= max_attempts) AND kind = 'execute'
+                 finished_at = CASE WHEN {status} != 'retrying' THEN ?4 END,
+                 compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
                                      THEN 'pending' ELSE compensation END
              WHERE id = ?5 AND status = 'running' AND lease_epoch = ?6
              RETURNING {TASK_COLUMNS}"
@@ -586,6 +606,7 @@ impl Storage for SqliteStorage {
         .bind(params.lease.id.0)
         .bind(params.lease.epoch)
         .bind(refund)
+        .bind(cancel)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -689,6 +710,15 @@ impl Storage for SqliteStorage {
             }
             None => {
                 let current = fetch_ref(&mut *tx, &params.task).await?;
+                if let Some(task) = current
+                    .as_ref()
+                    .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
+                {
+                    if runtime::request_cancel(&mut tx, task.id, now).await? {
+                        tx.commit().await.map_err(map_err)?;
+                        return Ok(task.clone());
+                    }
+                }
                 tx.rollback().await.map_err(map_err)?;
                 if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
                     // The compensated task would wait for it forever.
@@ -831,5 +861,17 @@ impl Storage for SqliteStorage {
         stats.oldest_due_age =
             oldest.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
         Ok(stats)
+    }
+
+    async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {
+        runtime::next_run_at(&self.pool, params).await
+    }
+
+    async fn queue_backlog(&self, params: &QueueBacklogParams) -> Result<Vec<QueueBacklog>> {
+        runtime::queue_backlog(&self.pool, params).await
+    }
+
+    async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
+        runtime::cancel_requested(&self.pool, params).await
     }
 }

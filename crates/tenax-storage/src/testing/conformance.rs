@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
+pub use super::runtime::*;
 use super::{claim_params, Harness, TaskOpts};
 use crate::{
     FailNext, Lease, LeaseExtendParams, RunAt, StorageError, TaskActionParams, TaskCompleteParams,
@@ -609,6 +610,18 @@ pub async fn cancel_only_waiting_tasks(h: &Harness) {
     assert!(h.claim("w1", 10, None).await.is_empty());
     h.task(TaskOpts::default()).await;
     let running = h.claim("w1", 1, None).await.remove(0);
+    // A running task cannot be stopped from the database: the cancel is recorded as a
+    // request (see the cancel-request cases) and the task stays running.
+    let requested = h
+        .storage
+        .task_cancel(&TaskActionParams {
+            task: TaskRef::Id(running.id),
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(requested.status, TaskStatus::Running);
+    assert!(complete(h, lease(&running)).await);
     let err = h
         .storage
         .task_cancel(&TaskActionParams {
@@ -621,7 +634,7 @@ pub async fn cancel_only_waiting_tasks(h: &Harness) {
         matches!(
             err,
             StorageError::InvalidState {
-                status: TaskStatus::Running,
+                status: TaskStatus::Succeeded,
                 ..
             }
         ),
@@ -636,7 +649,7 @@ pub async fn cancel_only_waiting_tasks(h: &Harness) {
         .await
         .unwrap_err();
     assert!(matches!(err, StorageError::NotFound(_)), "{err}");
-    assert_eq!(status_of(h, running.id).await, TaskStatus::Running);
+    assert_eq!(status_of(h, running.id).await, TaskStatus::Succeeded);
 }
 
 pub async fn manual_retry_resets_the_budget_and_keeps_history(h: &Harness) {
@@ -961,6 +974,10 @@ pub async fn a_hand_back_refunds_the_attempt(h: &Harness) {
         .unwrap();
     assert_eq!(back.status, TaskStatus::Retrying);
     assert_eq!(back.attempt, 0);
+    // The lease is cleared in the same write, and the task is due at once: another
+    // worker takes it now, not after the lease would have expired.
+    assert_eq!((back.lease_owner, back.lease_expires_at), (None, None));
+    assert!(back.run_at <= h.storage.now().await.unwrap());
     let again = h.claim("w2", 1, None).await.remove(0);
     assert_eq!((again.attempt, again.lease_epoch), (1, 2));
 }
@@ -1058,19 +1075,18 @@ pub async fn cancel_racing_a_claim_exactly_one_wins(h: &Harness) {
             .await;
         let claimed = claim.await.unwrap().unwrap();
         let won_claim = claimed.iter().any(|t| t.id == task.id);
-        assert!(
-            won_claim != cancel.is_ok(),
-            "round {round}: claim won {won_claim}, cancel {cancel:?}"
-        );
-        let expected = if won_claim {
-            TaskStatus::Running
-        } else {
-            TaskStatus::Cancelled
-        };
-        assert_eq!(status_of(h, task.id).await, expected);
+        // Either the cancel came first (cancelled, never claimed) or the claim did (the
+        // cancel becomes a request the running attempt obeys): never both, never lost.
+        let cancel = cancel.unwrap();
         if won_claim {
-            assert!(complete(h, lease(&claimed[0])).await);
+            assert_eq!(cancel.status, TaskStatus::Running, "round {round}");
+            let held = lease(&claimed[0]);
+            assert_eq!(super::runtime::requested(h, &[held]).await, vec![held]);
+            assert!(fail(h, held, FailNext::Retry(Duration::ZERO), None).await);
+        } else {
+            assert_eq!(cancel.status, TaskStatus::Cancelled, "round {round}");
         }
+        assert_eq!(status_of(h, task.id).await, TaskStatus::Cancelled);
     }
 }
 

@@ -119,4 +119,22 @@ impl Storage for FaultyStorage {
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }
+    async fn task_next_run_at(
+        &self,
+        params: &crate::TaskNextRunParams,
+    ) -> Result<Option<crate::NextRun>> {
+        self.inner.task_next_run_at(params).await
+    }
+    async fn queue_backlog(
+        &self,
+        params: &crate::QueueBacklogParams,
+    ) -> Result<Vec<crate::QueueBacklog>> {
+        self.inner.queue_backlog(params).await
+    }
+    async fn task_cancel_requested(
+        &self,
+        params: &crate::CancelRequestedParams,
+    ) -> Result<Vec<crate::Lease>> {
+        self.inner.task_cancel_requested(params).await
+    }
 }

@@ -17,6 +17,7 @@ use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
 pub mod conformance;
 mod faults;
+pub mod runtime;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -243,6 +244,11 @@ macro_rules! conformance_tests {
                 retrying_a_stale_compensation_is_refused,
                 a_newer_payload_version_waits_for_a_worker_that_knows_it,
                 payload_version_is_stored_and_copied_to_the_compensation,
+                next_run_at_is_the_earliest_future_task_the_worker_could_claim,
+                queue_backlog_counts_due_tasks_per_queue,
+                a_cancel_request_on_a_running_task_ends_it_cancelled,
+                a_cancel_request_does_not_undo_a_success_or_a_permanent_failure,
+                list_filters_tasks_started_before_an_instant,
             );
         }
     };

@@ -1,0 +1,149 @@
+//! Runtime support on MariaDB/MySQL: the next run time a worker arms its timer for, the
+//! due backlog of queues, and cancel requests for running tasks.
+use chrono::{DateTime, Utc};
+use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
+use tenax_core::TaskId;
+
+use super::{map_err, storable, DbTime};
+use crate::error::Result;
+use crate::params::{
+    CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
+};
+
+/// Record a cancel request on a running task (the first request's time is kept).
+pub(super) async fn request_cancel(
+    tx: &mut Transaction<'static, MySql>,
+    id: TaskId,
+    now: DbTime,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE tenax_tasks
+         SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
+         WHERE id = ? AND status = 'running' AND kind = 'execute'",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(id.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Whether a cancel was requested for a task (locked by the caller's transaction).
+pub(super) async fn cancel_is_requested(
+    tx: &mut Transaction<'static, MySql>,
+    id: TaskId,
+) -> Result<bool> {
+    let requested: Option<bool> =
+        sqlx::query_scalar("SELECT cancel_requested_at IS NOT NULL FROM tenax_tasks WHERE id = ?")
+            .bind(id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(map_err)?;
+    Ok(requested.unwrap_or(false))
+}
+
+fn now_or_clock(now: Option<DateTime<Utc>>) -> Option<DbTime> {
+    now.map(storable)
+}
+
+pub(super) async fn next_run_at(
+    pool: &MySqlPool,
+    params: &TaskNextRunParams,
+) -> Result<Option<NextRun>> {
+    if params.queues.is_empty() || params.commands.is_empty() {
+        return Ok(None);
+    }
+    // Served by the claim index, which leads on (status, queue).
+    let now: DbTime = match params.now {
+        Some(now) => storable(now),
+        None => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+            .fetch_one(pool)
+            .await
+            .map_err(map_err)?,
+    };
+    let mut qb = QueryBuilder::<MySql>::new(
+        "SELECT MIN(run_at) FROM tenax_tasks
+         WHERE status IN ('pending', 'retrying') AND run_at > ",
+    );
+    qb.push_bind(now);
+    qb.push(" AND queue IN (");
+    let mut queues = qb.separated(", ");
+    for queue in &params.queues {
+        queues.push_bind(queue.as_str());
+    }
+    qb.push(") AND (");
+    for (i, (command_type, version)) in params.commands.iter().enumerate() {
+        if i > 0 {
+            qb.push(" OR ");
+        }
+        qb.push("(command_type = ");
+        qb.push_bind(command_type.as_str());
+        qb.push(" AND payload_version <= ");
+        qb.push_bind(i64::from(*version));
+        qb.push(")");
+    }
+    qb.push(")");
+    let next: Option<DbTime> = qb
+        .build_query_scalar()
+        .fetch_one(pool)
+        .await
+        .map_err(map_err)?;
+    Ok(next.map(|t| NextRun {
+        run_at: t.and_utc(),
+        now: now.and_utc(),
+    }))
+}
+
+pub(super) async fn queue_backlog(
+    pool: &MySqlPool,
+    params: &QueueBacklogParams,
+) -> Result<Vec<QueueBacklog>> {
+    let mut backlog = Vec::with_capacity(params.queues.len());
+    for queue in &params.queues {
+        let (due, oldest): (i64, Option<DbTime>) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(run_at) FROM tenax_tasks
+             WHERE status IN ('pending', 'retrying') AND queue = ?
+               AND run_at <= COALESCE(?, UTC_TIMESTAMP(6))",
+        )
+        .bind(queue)
+        .bind(now_or_clock(params.now))
+        .fetch_one(pool)
+        .await
+        .map_err(map_err)?;
+        backlog.push(QueueBacklog {
+            queue: queue.clone(),
+            due: u64::try_from(due).unwrap_or(0),
+            oldest_due_at: oldest.map(|t| t.and_utc()),
+        });
+    }
+    Ok(backlog)
+}
+
+pub(super) async fn cancel_requested(
+    pool: &MySqlPool,
+    params: &CancelRequestedParams,
+) -> Result<Vec<Lease>> {
+    if params.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut qb = QueryBuilder::<MySql>::new(
+        "SELECT id, lease_epoch FROM tenax_tasks
+         WHERE status = 'running' AND cancel_requested_at IS NOT NULL AND id IN (",
+    );
+    let mut ids = qb.separated(", ");
+    for lease in &params.leases {
+        ids.push_bind(lease.id.0);
+    }
+    qb.push(")");
+    let rows: Vec<(i64, i64)> = qb.build_query_as().fetch_all(pool).await.map_err(map_err)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, epoch)| Lease {
+            id: TaskId(id),
+            epoch,
+        })
+        .filter(|lease| params.leases.contains(lease))
+        .collect())
+}

@@ -1,0 +1,124 @@
+//! Runtime support on PostgreSQL: the next run time a worker arms its timer for, the
+//! due backlog of queues, and cancel requests for running tasks.
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+use tenax_core::TaskId;
+
+use super::{map_err, NOW};
+use crate::error::Result;
+use crate::params::{
+    CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
+};
+
+/// Record a cancel request on a running task (the first request's time is kept).
+pub(super) async fn request_cancel(
+    tx: &mut Transaction<'static, Postgres>,
+    now: Option<DateTime<Utc>>,
+    id: TaskId,
+) -> Result<bool> {
+    let done = sqlx::query(&format!(
+        "UPDATE tenax_tasks
+         SET cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), updated_at = {NOW}
+         WHERE id = $2 AND status = 'running' AND kind = 'execute'"
+    ))
+    .bind(now)
+    .bind(id.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(super) async fn next_run_at(
+    pool: &PgPool,
+    params: &TaskNextRunParams,
+) -> Result<Option<NextRun>> {
+    if params.queues.is_empty() || params.commands.is_empty() {
+        return Ok(None);
+    }
+    let (types, versions): (Vec<&str>, Vec<i32>) = params
+        .commands
+        .iter()
+        .map(|(t, v)| (t.as_str(), i32::try_from(*v).unwrap_or(i32::MAX)))
+        .unzip();
+    // One short ordered read of the claim index (queue, priority, run_at) per queue and
+    // priority: its first future entry of a type the worker knows.
+    let (next, now): (Option<DateTime<Utc>>, DateTime<Utc>) = sqlx::query_as(&format!(
+        "SELECT MIN(n.run_at), {NOW}
+         FROM unnest($2::text[]) AS q(queue)
+         CROSS JOIN generate_series(0, 9) AS p(priority)
+         CROSS JOIN LATERAL (
+             SELECT run_at FROM tenax_tasks
+             WHERE queue = q.queue AND priority = p.priority
+               AND status IN ('pending', 'retrying') AND run_at > {NOW}
+               AND command_type = ANY($3)
+               AND payload_version <= ($4::int4[])[array_position($3, command_type)]
+             ORDER BY run_at
+             LIMIT 1
+         ) n"
+    ))
+    .bind(params.now)
+    .bind(&params.queues)
+    .bind(&types)
+    .bind(&versions)
+    .fetch_one(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(next.map(|run_at| NextRun { run_at, now }))
+}
+
+pub(super) async fn queue_backlog(
+    pool: &PgPool,
+    params: &QueueBacklogParams,
+) -> Result<Vec<QueueBacklog>> {
+    let rows: Vec<(String, i64, Option<DateTime<Utc>>)> = sqlx::query_as(&format!(
+        "SELECT q.queue, COUNT(t.id), MIN(t.run_at)
+         FROM unnest($2::text[]) WITH ORDINALITY AS q(queue, ord)
+         LEFT JOIN tenax_tasks t
+           ON t.queue = q.queue AND t.status IN ('pending', 'retrying') AND t.run_at <= {NOW}
+         GROUP BY q.queue, q.ord
+         ORDER BY q.ord"
+    ))
+    .bind(params.now)
+    .bind(&params.queues)
+    .fetch_all(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, due, oldest_due_at)| QueueBacklog {
+            queue,
+            due: u64::try_from(due).unwrap_or(0),
+            oldest_due_at,
+        })
+        .collect())
+}
+
+pub(super) async fn cancel_requested(
+    pool: &PgPool,
+    params: &CancelRequestedParams,
+) -> Result<Vec<Lease>> {
+    if params.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = params.leases.iter().map(|l| l.id.0).collect();
+    let epochs: Vec<i64> = params.leases.iter().map(|l| l.epoch).collect();
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT t.id, t.lease_epoch
+         FROM unnest($1::bigint[], $2::bigint[]) AS l(id, epoch)
+         JOIN tenax_tasks t ON t.id = l.id AND t.lease_epoch = l.epoch
+         WHERE t.status = 'running' AND t.cancel_requested_at IS NOT NULL",
+    )
+    .bind(&ids)
+    .bind(&epochs)
+    .fetch_all(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, epoch)| Lease {
+            id: TaskId(id),
+            epoch,
+        })
+        .collect())
+}

@@ -1,0 +1,121 @@
+//! Runtime support on SQLite: the next run time a worker arms its timer for, the due
+//! backlog of queues, and cancel requests for running tasks.
+use sqlx::{Sqlite, SqlitePool, Transaction};
+use tenax_core::TaskId;
+
+use super::{clock_now, map_err, rows::ms};
+use crate::common::json_list;
+use crate::error::Result;
+use crate::params::{
+    CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
+};
+
+/// Record a cancel request on a running task (the first request's time is kept).
+pub(super) async fn request_cancel(
+    tx: &mut Transaction<'static, Sqlite>,
+    id: TaskId,
+    now: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE tenax_tasks
+         SET cancel_requested_at = COALESCE(cancel_requested_at, ?1), updated_at = ?1
+         WHERE id = ?2 AND status = 'running' AND kind = 'execute'",
+    )
+    .bind(now)
+    .bind(id.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(super) async fn next_run_at(
+    pool: &SqlitePool,
+    params: &TaskNextRunParams,
+) -> Result<Option<NextRun>> {
+    if params.queues.is_empty() || params.commands.is_empty() {
+        return Ok(None);
+    }
+    let now = clock_now(pool, params.now).await?;
+    // Served by the claim index (queue, priority, run_at): one range per queue and
+    // priority, each read from its first future entry.
+    let next: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(run_at) FROM tenax_tasks
+         WHERE status IN ('pending', 'retrying') AND run_at > ?1
+           AND queue IN (SELECT value FROM json_each(?2))
+           AND EXISTS (SELECT 1 FROM json_each(?3) AS offer
+                       WHERE json_extract(offer.value, '$[0]') = command_type
+                         AND json_extract(offer.value, '$[1]') >= payload_version)",
+    )
+    .bind(now)
+    .bind(json_list(&params.queues))
+    .bind(json_list(&params.commands))
+    .fetch_one(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(match next {
+        Some(run_at) => Some(NextRun {
+            run_at: ms(run_at)?,
+            now: ms(now)?,
+        }),
+        None => None,
+    })
+}
+
+pub(super) async fn queue_backlog(
+    pool: &SqlitePool,
+    params: &QueueBacklogParams,
+) -> Result<Vec<QueueBacklog>> {
+    let now = clock_now(pool, params.now).await?;
+    let mut backlog = Vec::with_capacity(params.queues.len());
+    for queue in &params.queues {
+        let (due, oldest): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(run_at) FROM tenax_tasks
+             WHERE queue = ?1 AND status IN ('pending', 'retrying') AND run_at <= ?2",
+        )
+        .bind(queue)
+        .bind(now)
+        .fetch_one(pool)
+        .await
+        .map_err(map_err)?;
+        backlog.push(QueueBacklog {
+            queue: queue.clone(),
+            due: u64::try_from(due).unwrap_or(0),
+            oldest_due_at: oldest.map(ms).transpose()?,
+        });
+    }
+    Ok(backlog)
+}
+
+pub(super) async fn cancel_requested(
+    pool: &SqlitePool,
+    params: &CancelRequestedParams,
+) -> Result<Vec<Lease>> {
+    if params.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pairs = json_list(
+        &params
+            .leases
+            .iter()
+            .map(|l| [l.id.0, l.epoch])
+            .collect::<Vec<_>>(),
+    );
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT id, lease_epoch FROM tenax_tasks
+         WHERE status = 'running' AND cancel_requested_at IS NOT NULL
+           AND (id, lease_epoch) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                                     FROM json_each(?1))",
+    )
+    .bind(pairs)
+    .fetch_all(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, epoch)| Lease {
+            id: TaskId(id),
+            epoch,
+        })
+        .collect())
+}
