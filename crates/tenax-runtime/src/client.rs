@@ -130,7 +130,12 @@ impl Client {
         Ok(self.storage.task_attempts(id).await?)
     }
 
-    /// Cancel a task that has not started (`pending`, `retrying`, `blocked`).
+    /// Cancel a task. One that has not started (`pending`, `retrying`, `blocked`) is
+    /// `cancelled` at once. For a `running` task the cancel is recorded as a request
+    /// and the task is returned still `running`: its worker signals the handler's
+    /// [cancellation token](tenax_core::TaskContext::cancellation) at its next
+    /// heartbeat, and when the handler stops without succeeding the task ends
+    /// `cancelled`. A handler that ignores the request is stopped at its timeout.
     pub async fn cancel(&self, task: TaskRef) -> Result<TaskRecord, Error> {
         Ok(self
             .storage

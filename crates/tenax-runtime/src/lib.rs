@@ -8,10 +8,12 @@
 //! `dead` with its compensation scheduled as a linked task.
 #![forbid(unsafe_code)]
 
+mod backlog;
 mod client;
 mod config;
 mod error;
 pub mod maintenance;
+mod timer;
 mod worker;
 
 pub use client::{Client, Enqueue};

@@ -38,9 +38,11 @@ use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
+use crate::backlog::BacklogSampler;
 use crate::config::WorkerConfig;
 use crate::error::Error;
 use crate::maintenance;
+use crate::timer::next_due_wait;
 
 /// A running attempt, as the heartbeat sees it.
 struct Held {
@@ -48,6 +50,8 @@ struct Held {
     deadline: watch::Sender<Instant>,
     /// Cancelled when the heartbeat learns the lease is lost.
     lost: CancellationToken,
+    /// Cancelled when the heartbeat learns that a cancel of the task was requested.
+    cancel_requested: CancellationToken,
     /// Set once the handler has stopped and its outcome is being written: a renewal
     /// that finds the task finished is then expected, not a lost lease.
     finishing: Arc<std::sync::atomic::AtomicBool>,
@@ -65,6 +69,8 @@ struct Shared {
     /// Cancelled when running handlers must stop (shutdown grace is over).
     hard_stop: CancellationToken,
     slot_freed: Notify,
+    /// Due backlog per queue, for load-aware retry policies.
+    backlog: BacklogSampler,
 }
 
 impl Shared {
@@ -130,6 +136,7 @@ impl Worker {
                 held: Mutex::new(HashMap::new()),
                 hard_stop: CancellationToken::new(),
                 slot_freed: Notify::new(),
+                backlog: BacklogSampler::default(),
             }),
         })
     }
@@ -345,6 +352,9 @@ async fn claim_loop(
                 .poll_interval
                 .saturating_mul(1 << failures.min(5));
             rand::rng().random_range(shared.config.poll_interval..=ceiling)
+        } else if free > 0 {
+            // Wake up when the next delayed task is due, not at the next poll.
+            next_due_wait(shared.storage.as_ref(), &shared.config, &commands).await
         } else {
             shared.config.poll_interval
         };
@@ -446,12 +456,14 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     };
     let (deadline_tx, deadline_rx) = watch::channel(deadline);
     let lost = CancellationToken::new();
+    let cancel_requested = CancellationToken::new();
     let finishing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     shared.held().insert(
         lease,
         Held {
             deadline: deadline_tx,
             lost: lost.clone(),
+            cancel_requested: cancel_requested.clone(),
             finishing: finishing.clone(),
         },
     );
@@ -490,6 +502,7 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         &ctx,
         deadline_rx,
         &lost,
+        &cancel_requested,
         &cancellation,
     )
     .await;
@@ -502,7 +515,21 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     for hook in &shared.hooks {
         hook.after(&ctx, observed).await;
     }
-    let decision = decide(&task, ended, &handler.retry_policy());
+    let policy = handler.retry_policy();
+    let backlog = match policy.load {
+        Some(_) => {
+            shared
+                .backlog
+                .due(shared.storage.as_ref(), &task.queue)
+                .await
+        }
+        None => 0,
+    };
+    let how = Ending {
+        cancel_requested: cancel_requested.is_cancelled(),
+        backlog,
+    };
+    let decision = decide(&task, ended, &policy, how);
     write_outcome(shared, lease, decision).await;
 }
 
@@ -528,6 +555,7 @@ async fn supervise(
     ctx: &TaskContext,
     deadline: watch::Receiver<Instant>,
     lost: &CancellationToken,
+    cancel_requested: &CancellationToken,
     cancellation: &CancellationToken,
 ) -> Ended {
     let payload = task.payload.clone();
@@ -546,18 +574,32 @@ async fn supervise(
     let mut handle = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(future));
     let _cancel_on_drop = cancellation.clone().drop_guard();
     let timeout = Duration::from_millis(task.timeout_ms.max(1));
-    let ended = tokio::select! {
-        joined = &mut handle => {
-            return match joined {
-                Ok(result) => Ended::Returned(result),
-                Err(e) if e.is_panic() => Ended::Panicked(panic_message(&*e.into_panic())),
-                Err(e) => Ended::Panicked(format!("handler task failed: {e}")),
-            };
+    let timed_out = sleep(timeout);
+    tokio::pin!(timed_out);
+    let fenced = fence_deadline(deadline);
+    tokio::pin!(fenced);
+    let mut asked_to_cancel = false;
+    let ended = loop {
+        tokio::select! {
+            joined = &mut handle => {
+                return match joined {
+                    Ok(result) => Ended::Returned(result),
+                    Err(e) if e.is_panic() => Ended::Panicked(panic_message(&*e.into_panic())),
+                    Err(e) => Ended::Panicked(format!("handler task failed: {e}")),
+                };
+            }
+            // A cancel of the running task: the handler decides how to stop; one that
+            // ignores the request is stopped at its timeout like any other.
+            _ = cancel_requested.cancelled(), if !asked_to_cancel => {
+                asked_to_cancel = true;
+                info!("cancel requested; signalling the handler");
+                cancellation.cancel();
+            }
+            _ = &mut timed_out => break Ended::TimedOut(timeout),
+            _ = &mut fenced => break Ended::Fenced("lease could not be renewed in time (self-fenced)"),
+            _ = lost.cancelled() => break Ended::Fenced("lease lost"),
+            _ = shared.hard_stop.cancelled() => break Ended::Stopped,
         }
-        _ = sleep(timeout) => Ended::TimedOut(timeout),
-        _ = fence_deadline(deadline) => Ended::Fenced("lease could not be renewed in time (self-fenced)"),
-        _ = lost.cancelled() => Ended::Fenced("lease lost"),
-        _ = shared.hard_stop.cancelled() => Ended::Stopped,
     };
     // Ask the handler to stop, give it a moment to return on its own (half the fence
     // margin, at most 1 s, so a fenced handler still stops before its lease can
@@ -582,12 +624,24 @@ enum Decision {
     Drop(&'static str),
 }
 
+/// What else an ended attempt's decision depends on.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ending {
+    /// A cancel of the task was requested while it ran.
+    cancel_requested: bool,
+    /// The due backlog of the task's queue (for a load-aware policy).
+    backlog: u64,
+}
+
 /// Decide what an ended attempt writes. A transient failure (retryable error, panic,
 /// timeout) is retried after the policy's delay while attempts remain, else the task
-/// is dead; a permanent error kills it at once.
-fn decide(task: &TaskRecord, ended: Ended, policy: &RetryPolicy) -> Decision {
+/// is dead; a permanent error kills it at once. After a cancel request, what would be
+/// retried ends the task `cancelled` instead.
+fn decide(task: &TaskRecord, ended: Ended, policy: &RetryPolicy, how: Ending) -> Decision {
     let transient = |message: String, delay: Duration| {
-        if task.attempt < task.max_attempts {
+        if how.cancel_requested {
+            Decision::Fail(format!("cancelled: {message}"), FailNext::Cancelled)
+        } else if task.attempt < task.max_attempts {
             Decision::Fail(message, FailNext::Retry(delay))
         } else {
             let message = format!(
@@ -597,7 +651,7 @@ fn decide(task: &TaskRecord, ended: Ended, policy: &RetryPolicy) -> Decision {
             Decision::Fail(message, FailNext::Dead)
         }
     };
-    let backoff = || policy.delay(task.attempt, &mut rand::rng());
+    let backoff = || policy.delay_under_load(task.attempt, how.backlog, &mut rand::rng());
     match ended {
         Ended::Returned(Ok(result)) => Decision::Complete(result, CompensationState::Succeeded),
         Ended::Returned(Err(CommandError::NoCompensation)) if task.kind == TaskKind::Compensate => {
@@ -666,6 +720,7 @@ async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: Fai
         FailNext::Retry(_) => "failed, will retry",
         FailNext::Dead => "failed, dead",
         FailNext::HandBack => "handed back",
+        FailNext::Cancelled => "cancelled",
     };
     report_write(written, what);
 }
@@ -736,6 +791,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
         match renewed {
             Ok(renewed) => {
                 let deadline = shared.fence_after(sent);
+                let cancels = cancel_requests(&shared, &renewed).await;
                 let held = shared.held();
                 for lease in leases {
                     let Some(entry) = held.get(&lease) else {
@@ -743,6 +799,9 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
                     };
                     if renewed.contains(&lease) {
                         entry.deadline.send_replace(deadline);
+                        if cancels.contains(&lease) {
+                            entry.cancel_requested.cancel();
+                        }
                     } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst) {
                         debug!(task.id = %lease.id, "not renewed: its outcome was just written");
                     } else {
@@ -754,6 +813,24 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
             // Deadlines stay where they are: if renewals keep failing, the executors
             // fence themselves before the leases expire.
             Err(e) => warn!(worker = %shared.id, error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+/// The renewed leases whose task has a cancel request (none if the question fails: it
+/// is asked again at the next heartbeat).
+async fn cancel_requests(shared: &Shared, renewed: &[Lease]) -> Vec<Lease> {
+    if renewed.is_empty() {
+        return Vec::new();
+    }
+    let params = tenax_storage::CancelRequestedParams {
+        leases: renewed.to_vec(),
+    };
+    match shared.storage.task_cancel_requested(&params).await {
+        Ok(requested) => requested,
+        Err(e) => {
+            warn!(worker = %shared.id, error = %e, "reading cancel requests failed");
+            Vec::new()
         }
     }
 }
@@ -797,14 +874,24 @@ mod tests {
         let policy = RetryPolicy::default().with_jitter(tenax_core::Jitter::None);
         let panicked = || Ended::Panicked("boom".into());
         assert_eq!(
-            decide(&task(2, 3, TaskKind::Execute), panicked(), &policy),
+            decide(
+                &task(2, 3, TaskKind::Execute),
+                panicked(),
+                &policy,
+                Ending::default()
+            ),
             Decision::Fail(
                 "handler panicked: boom".into(),
                 FailNext::Retry(Duration::from_secs(10))
             )
         );
         assert_eq!(
-            decide(&task(3, 3, TaskKind::Execute), panicked(), &policy),
+            decide(
+                &task(3, 3, TaskKind::Execute),
+                panicked(),
+                &policy,
+                Ending::default()
+            ),
             Decision::Fail(
                 "handler panicked: boom (attempt 3 of 3: no attempts left)".into(),
                 FailNext::Dead
@@ -815,9 +902,29 @@ mod tests {
             "busy",
         )));
         assert!(matches!(
-            decide(&task(1, 3, TaskKind::Execute), later, &policy),
+            decide(&task(1, 3, TaskKind::Execute), later, &policy, Ending::default()),
             Decision::Fail(_, FailNext::Retry(d)) if d == Duration::from_secs(7)
         ));
+    }
+
+    #[test]
+    fn a_load_aware_policy_stretches_retries_with_the_backlog() {
+        let policy =
+            RetryPolicy::fixed(Duration::from_secs(10)).with_load(tenax_core::LoadAware::new(100));
+        let t = task(1, 5, TaskKind::Execute);
+        let after = |backlog| {
+            let how = Ending {
+                cancel_requested: false,
+                backlog,
+            };
+            match decide(&t, Ended::Panicked("boom".into()), &policy, how) {
+                Decision::Fail(_, FailNext::Retry(delay)) => delay,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(after(0), Duration::from_secs(20));
+        assert_eq!(after(100), Duration::from_secs(40));
+        assert_eq!(after(10_000), Duration::from_secs(100));
     }
 
     #[test]
@@ -826,20 +933,56 @@ mod tests {
         let t = task(1, 5, TaskKind::Execute);
         let permanent = Ended::Returned(Err(CommandError::permanent("invalid id card")));
         assert_eq!(
-            decide(&t, permanent, &policy),
+            decide(&t, permanent, &policy, Ending::default()),
             Decision::Fail("invalid id card".into(), FailNext::Dead)
         );
         assert!(matches!(
-            decide(&t, Ended::Stopped, &policy),
+            decide(&t, Ended::Stopped, &policy, Ending::default()),
             Decision::Fail(_, FailNext::HandBack)
         ));
         assert_eq!(
-            decide(&t, Ended::Fenced("lease lost"), &policy),
+            decide(&t, Ended::Fenced("lease lost"), &policy, Ending::default()),
             Decision::Drop("lease lost")
         );
+        let cancelled = Ending {
+            cancel_requested: true,
+            backlog: 0,
+        };
+        let retryable = || Ended::Returned(Err(CommandError::retryable("stopping")));
+        assert_eq!(
+            decide(&t, retryable(), &policy, cancelled),
+            Decision::Fail("cancelled: stopping".into(), FailNext::Cancelled)
+        );
+        assert!(matches!(
+            decide(
+                &t,
+                Ended::TimedOut(Duration::from_secs(1)),
+                &policy,
+                cancelled
+            ),
+            Decision::Fail(_, FailNext::Cancelled)
+        ));
+        assert!(matches!(
+            decide(&t, Ended::Returned(Ok(None)), &policy, cancelled),
+            Decision::Complete(None, CompensationState::Succeeded)
+        ));
+        assert!(matches!(
+            decide(
+                &t,
+                Ended::Returned(Err(CommandError::permanent("no"))),
+                &policy,
+                cancelled
+            ),
+            Decision::Fail(_, FailNext::Dead)
+        ));
         let none = Ended::Returned(Err(CommandError::NoCompensation));
         assert_eq!(
-            decide(&task(1, 5, TaskKind::Compensate), none, &policy),
+            decide(
+                &task(1, 5, TaskKind::Compensate),
+                none,
+                &policy,
+                Ending::default()
+            ),
             Decision::Complete(None, CompensationState::None)
         );
     }

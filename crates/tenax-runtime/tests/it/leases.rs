@@ -184,6 +184,11 @@ async fn after_the_grace_period_running_tasks_are_handed_back() {
         "the interrupted attempt is refunded"
     );
     assert!(handed_back.last_error.unwrap().contains("shut down"));
+    // The lease is cleared and the task due at once in the same write: the next worker
+    // need not wait for the lease to expire.
+    assert_eq!(handed_back.lease_owner, None);
+    assert_eq!(handed_back.lease_expires_at, None);
+    assert!(handed_back.run_at <= env.client.storage().now().await.unwrap());
     let next = env.start(env.storage(), env.registry(), fast());
     let done = env
         .wait_task(&task, "finished by the next worker", |t| {

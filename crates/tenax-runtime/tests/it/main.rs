@@ -17,3 +17,6 @@ mod leases;
 
 /// Payload evolution: a task stored by one version of a command runs on the next.
 mod versions;
+
+/// Time: delayed tasks start on time, running tasks can be cancelled.
+mod timing;
