@@ -6,10 +6,13 @@
 //! is sooner. The wait is computed on the database's clock (`run_at - now` from the same
 //! read), so a skewed local clock does not move it. A wake-up (an enqueue in this
 //! process, or a PostgreSQL notification from another) ends the sleep and re-arms the
-//! timer: a task enqueued with an earlier run time is not missed.
+//! timer: a task enqueued with an earlier run time is not missed. A task that fell due
+//! between the last claim and this read is reported due, so the loop claims again at
+//! once instead of sleeping past it.
 use std::time::Duration;
 
 use tenax_storage::{Storage, TaskNextRunParams};
+use tokio::time::Instant;
 use tracing::warn;
 
 use crate::config::WorkerConfig;
@@ -19,15 +22,18 @@ use crate::config::WorkerConfig;
 const SLACK: Duration = Duration::from_millis(1);
 
 /// How long the claim loop may sleep: until the next task it could claim is due, at
-/// most the poll interval.
+/// most the poll interval. `claimed` is when the loop's last claim was sent: a task
+/// that fell due since then is reported due, and the loop claims again at once.
 pub(crate) async fn next_due_wait(
     storage: &dyn Storage,
     config: &WorkerConfig,
     commands: &[(String, u32)],
+    claimed: Instant,
 ) -> Duration {
     let params = TaskNextRunParams {
         queues: config.queues.clone(),
         commands: commands.to_vec(),
+        since: claimed.elapsed() + SLACK,
         now: None,
     };
     match storage.task_next_run_at(&params).await {

@@ -303,9 +303,9 @@ async fn claim_loop(
         }
         let free = slots.available_permits() as u32;
         let mut full_batch = false;
+        let sent = Instant::now();
         if free > 0 {
             let limit = free.min(shared.config.claim_batch);
-            let sent = Instant::now();
             let claimed = shared
                 .storage
                 .task_claim_batch(&TaskClaimParams {
@@ -354,7 +354,7 @@ async fn claim_loop(
             rand::rng().random_range(shared.config.poll_interval..=ceiling)
         } else if free > 0 {
             // Wake up when the next delayed task is due, not at the next poll.
-            next_due_wait(shared.storage.as_ref(), &shared.config, &commands).await
+            next_due_wait(shared.storage.as_ref(), &shared.config, &commands, sent).await
         } else {
             shared.config.poll_interval
         };
@@ -501,9 +501,11 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         handler.clone(),
         &ctx,
         deadline_rx,
-        &lost,
-        &cancel_requested,
-        &cancellation,
+        Tokens {
+            lost: &lost,
+            cancel_requested: &cancel_requested,
+            cancellation: &cancellation,
+        },
     )
     .await;
     finishing.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -545,6 +547,16 @@ impl Drop for HeldGuard {
     }
 }
 
+/// The signals an attempt is supervised with.
+struct Tokens<'a> {
+    /// Cancelled when the lease is lost.
+    lost: &'a CancellationToken,
+    /// Cancelled when a cancel of the task was requested.
+    cancel_requested: &'a CancellationToken,
+    /// The handler's own token ([`TaskContext::cancellation`]).
+    cancellation: &'a CancellationToken,
+}
+
 /// Run the handler until it returns, panics, times out, loses its lease or is stopped.
 /// The handler task is aborted and awaited before this returns, so nothing of it runs
 /// after its outcome is decided.
@@ -554,10 +566,13 @@ async fn supervise(
     handler: Arc<dyn DynHandler>,
     ctx: &TaskContext,
     deadline: watch::Receiver<Instant>,
-    lost: &CancellationToken,
-    cancel_requested: &CancellationToken,
-    cancellation: &CancellationToken,
+    tokens: Tokens<'_>,
 ) -> Ended {
+    let Tokens {
+        lost,
+        cancel_requested,
+        cancellation,
+    } = tokens;
     let payload = task.payload.clone();
     let future = match task.kind {
         TaskKind::Execute => handler

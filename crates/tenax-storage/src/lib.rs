@@ -129,8 +129,9 @@ pub trait Storage: Send + Sync + 'static {
     /// Counts by status and by command type.
     async fn stats(&self) -> Result<Stats>;
 
-    /// The earliest run time after now of a waiting (`pending` or `retrying`) task the
-    /// given queues and commands could claim, with the database's now, or `None`. Workers arm a timer for it, so
+    /// The earliest run time after `now - since` of a waiting (`pending` or
+    /// `retrying`) task the given queues and commands could claim, with the database's
+    /// now, or `None`. Workers arm a timer for it, so
     /// a delayed task starts on time whatever the poll interval.
     async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>>;
 

@@ -247,6 +247,11 @@ pub struct TaskNextRunParams {
     pub queues: Vec<String>,
     /// The commands the worker can run, as in [`TaskClaimParams::commands`].
     pub commands: Vec<(String, u32)>,
+    /// Also report tasks that fell due this long before now: the time since the
+    /// caller's last claim, so a task that fell due between that claim and this call
+    /// is reported (as due) instead of skipped. Tasks due before that are the claim's
+    /// business (or not claimable by this caller) and are not reported.
+    pub since: Duration,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
 }

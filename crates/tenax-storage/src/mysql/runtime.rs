@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 use tenax_core::TaskId;
 
-use super::{map_err, storable, DbTime};
+use super::{datetime_range, map_err, storable, DbTime};
 use crate::error::Result;
 use crate::params::{
     CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
@@ -67,7 +67,9 @@ pub(super) async fn next_run_at(
         "SELECT MIN(run_at) FROM tenax_tasks
          WHERE status IN ('pending', 'retrying') AND run_at > ",
     );
-    qb.push_bind(now);
+    let since = chrono::TimeDelta::from_std(params.since.min(crate::MAX_DELAY))
+        .unwrap_or(chrono::TimeDelta::zero());
+    qb.push_bind(now.checked_sub_signed(since).unwrap_or(datetime_range().0));
     qb.push(" AND queue IN (");
     let mut queues = qb.separated(", ");
     for queue in &params.queues {

@@ -5,6 +5,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tenax_core::TaskId;
 
 use super::{map_err, NOW};
+use crate::common::duration_ms;
 use crate::error::Result;
 use crate::params::{
     CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
@@ -50,7 +51,8 @@ pub(super) async fn next_run_at(
          CROSS JOIN LATERAL (
              SELECT run_at FROM tenax_tasks
              WHERE queue = q.queue AND priority = p.priority
-               AND status IN ('pending', 'retrying') AND run_at > {NOW}
+               AND status IN ('pending', 'retrying')
+               AND run_at > {NOW} - $5::float8 * interval '1 millisecond'
                AND command_type = ANY($3)
                AND payload_version <= ($4::int4[])[array_position($3, command_type)]
              ORDER BY run_at
@@ -61,6 +63,7 @@ pub(super) async fn next_run_at(
     .bind(&params.queues)
     .bind(&types)
     .bind(&versions)
+    .bind(duration_ms(params.since) as f64)
     .fetch_one(pool)
     .await
     .map_err(map_err)?;

@@ -4,7 +4,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 use tenax_core::TaskId;
 
 use super::{clock_now, map_err, rows::ms};
-use crate::common::json_list;
+use crate::common::{duration_ms, json_list};
 use crate::error::Result;
 use crate::params::{
     CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
@@ -41,7 +41,7 @@ pub(super) async fn next_run_at(
     // priority, each read from its first future entry.
     let next: Option<i64> = sqlx::query_scalar(
         "SELECT MIN(run_at) FROM tenax_tasks
-         WHERE status IN ('pending', 'retrying') AND run_at > ?1
+         WHERE status IN ('pending', 'retrying') AND run_at > ?1 - ?4
            AND queue IN (SELECT value FROM json_each(?2))
            AND EXISTS (SELECT 1 FROM json_each(?3) AS offer
                        WHERE json_extract(offer.value, '$[0]') = command_type
@@ -50,6 +50,7 @@ pub(super) async fn next_run_at(
     .bind(now)
     .bind(json_list(&params.queues))
     .bind(json_list(&params.commands))
+    .bind(duration_ms(params.since))
     .fetch_one(pool)
     .await
     .map_err(map_err)?;

@@ -68,6 +68,7 @@ pub async fn next_run_at_is_the_earliest_future_task_the_worker_could_claim(h: &
     let params = |queues: &[&str], version: u32| TaskNextRunParams {
         queues: queues.iter().map(|q| (*q).to_owned()).collect(),
         commands: vec![(TaskOpts::TYPE.to_owned(), version)],
+        since: Duration::ZERO,
         now: Some(now),
     };
     let next = |p: TaskNextRunParams| async move {
@@ -125,9 +126,14 @@ pub async fn next_run_at_is_the_earliest_future_task_the_worker_could_claim(h: &
     let mut nothing = params(&["default"], 1);
     nothing.commands.clear();
     assert_eq!(next(nothing).await, None);
-    // Once that time has come, the next one is reported.
+    // Once that time has come, the next one is reported...
     let mut moved = params(&["default"], 1);
     moved.now = Some(at(now, 40));
+    assert_eq!(next(moved.clone()).await, Some(at(now, 60)));
+    // ...unless it fell due since the caller's last claim: then it is reported, due.
+    moved.since = Duration::from_millis(1500);
+    assert_eq!(next(moved.clone()).await, Some(at(now, 40)));
+    moved.now = Some(at(now, 42));
     assert_eq!(next(moved).await, Some(at(now, 60)));
 }
 
