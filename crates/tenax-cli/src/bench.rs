@@ -19,6 +19,8 @@ use crate::parse_duration;
 pub(crate) enum BenchCommand {
     /// Idle-worker enqueue→start latency.
     Latency(LatencyArgs),
+    /// How late delayed tasks start after their run time on an idle worker.
+    Delayed(crate::bench_delayed::DelayedArgs),
 }
 
 #[derive(Debug, Args)]
@@ -40,11 +42,12 @@ pub(crate) struct LatencyArgs {
 pub(crate) async fn run(database_url: &str, command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Latency(args) => latency(database_url, args).await,
+        BenchCommand::Delayed(args) => crate::bench_delayed::delayed(database_url, args).await,
     }
 }
 
 /// The value below which `p` of the sorted samples lie (nearest rank).
-fn quantile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -54,7 +57,9 @@ fn quantile(sorted: &[f64], p: f64) -> f64 {
 
 /// A database of its own for the run: a fresh schema on PostgreSQL, a fresh file on
 /// SQLite. Other URLs are used as given.
-async fn bench_url(database_url: &str) -> anyhow::Result<(String, Option<tempfile::TempDir>)> {
+pub(crate) async fn bench_url(
+    database_url: &str,
+) -> anyhow::Result<(String, Option<tempfile::TempDir>)> {
     if database_url.starts_with("postgres") && !database_url.contains("schema=") {
         let schema = "tenax_bench";
         tenax::storage::postgres::PgStorage::connect(database_url)
@@ -170,7 +175,7 @@ async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_finished(
+pub(crate) async fn wait_finished(
     client: &Client,
     ids: &[tenax::TaskId],
     within: Duration,

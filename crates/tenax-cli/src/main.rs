@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod bank;
 mod bench;
+mod bench_delayed;
 mod config;
 mod demo;
 mod reference;

@@ -29,7 +29,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, default_value_t = 5)]
     max_attempts: u32,
     /// Per-attempt timeout.
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = parse_duration, default_value = "30m")]
     timeout: Duration,
     /// Run no sooner than this delay from now (for example 30s).
     #[arg(long, value_parser = parse_duration)]
@@ -47,7 +47,9 @@ pub(crate) enum TasksCommand {
     Show(TaskSelector),
     /// Retry a dead task with a fresh attempt budget (history is kept).
     Retry(TaskSelector),
-    /// Cancel a task that has not started.
+    /// Cancel a task: at once if it has not started; if it is running, request the
+    /// cancel (its handler is signalled at its worker's next heartbeat and the task
+    /// ends cancelled when the handler stops).
     Cancel(TaskSelector),
 }
 
@@ -62,6 +64,10 @@ pub(crate) struct ListArgs {
     /// Only this queue.
     #[arg(long)]
     queue: Option<String>,
+    /// Only running tasks started longer ago than this (for example 10m), by the
+    /// database clock: tasks that may be stuck.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    running_longer_than: Option<Duration>,
     /// At most this many.
     #[arg(long, default_value_t = 50)]
     limit: u32,
@@ -110,7 +116,14 @@ pub(crate) async fn run(client: &Client, command: TasksCommand) -> anyhow::Resul
         }
         TasksCommand::Cancel(selector) => {
             let task = client.cancel(selector.to_ref()?).await?;
-            println!("task {} ({}) is {}", task.id, task.task_no, task.status);
+            if task.status == TaskStatus::Running {
+                println!(
+                    "task {} ({}) is running: cancel requested; its handler is signalled at the next heartbeat",
+                    task.id, task.task_no
+                );
+            } else {
+                println!("task {} ({}) is {}", task.id, task.task_no, task.status);
+            }
             Ok(())
         }
     }
@@ -125,13 +138,31 @@ fn short(text: Option<&str>, max: usize) -> String {
 }
 
 async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
+    let mut status = args.status;
+    let mut started_before = None;
+    if let Some(longer_than) = args.running_longer_than {
+        if status.is_some_and(|s| s != TaskStatus::Running) {
+            anyhow::bail!(
+                "--running-longer-than lists running tasks; drop --status or use --status running"
+            );
+        }
+        status = Some(TaskStatus::Running);
+        let longer_than = chrono::TimeDelta::from_std(longer_than)
+            .context("--running-longer-than is out of range")?;
+        let now = client.storage().now().await?;
+        started_before = Some(
+            now.checked_sub_signed(longer_than)
+                .context("--running-longer-than is out of range")?,
+        );
+    }
     let tasks = client
         .list(&TaskListParams {
-            status: args.status,
+            status,
             command_type: args.command_type,
             queue: args.queue,
             before_id: None,
             limit: args.limit,
+            started_before,
         })
         .await?;
     let mut table = Table::new();
