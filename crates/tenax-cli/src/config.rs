@@ -251,6 +251,8 @@ pub(crate) fn worker_config(
         pruner_interval: file.pruner_interval.unwrap_or(d.pruner_interval),
         retention: retention.or(file.retention).unwrap_or(d.retention),
         prune_batch: file.prune_batch.unwrap_or(d.prune_batch),
+        // Background queues are configured in code (`WorkerConfig::background`).
+        background: d.background,
     };
     config.validate()?;
     Ok(config)

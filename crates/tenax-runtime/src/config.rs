@@ -50,6 +50,34 @@ pub struct WorkerConfig {
     /// Most tasks deleted per pruner statement. Defaults to
     /// [`WorkerConfig::PRUNE_BATCH_DEFAULT`] (1000).
     pub prune_batch: u32,
+    /// Queues of [`WorkerConfig::queues`] claimed only in quiet periods. Defaults to
+    /// none.
+    pub background: Vec<BackgroundQueue>,
+}
+
+/// A queue claimed only while the worker's other queues are quiet, or within off-peak
+/// hours, or once its oldest due task has waited [`BackgroundQueue::max_deferral`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackgroundQueue {
+    /// The queue (one of [`WorkerConfig::queues`]).
+    pub queue: String,
+    /// Claimed while the due backlog of the worker's other queues is under this.
+    pub threshold: u64,
+    /// Also claimed within these hours, whatever the backlog.
+    pub off_peak: Option<OffPeak>,
+    /// Claimed anyway once its oldest due task has waited this long (at least 1 s).
+    pub max_deferral: Duration,
+}
+
+/// Daily hours in a time zone; `end` before `start` spans midnight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffPeak {
+    /// First minute of the window (local time).
+    pub start: chrono::NaiveTime,
+    /// End of the window, excluded (local time).
+    pub end: chrono::NaiveTime,
+    /// The time zone the hours are in (daylight saving time applies).
+    pub time_zone: chrono_tz::Tz,
 }
 
 impl WorkerConfig {
@@ -100,6 +128,35 @@ impl WorkerConfig {
                 self.fence_margin, self.lease_ttl
             ));
         }
+        for rule in &self.background {
+            if !self.queues.contains(&rule.queue) {
+                return err(format!(
+                    "background queue {:?} is not one of the worker's queues",
+                    rule.queue
+                ));
+            }
+            if self
+                .background
+                .iter()
+                .filter(|b| b.queue == rule.queue)
+                .count()
+                > 1
+            {
+                return err(format!("background queue {:?} is listed twice", rule.queue));
+            }
+            if rule.max_deferral < crate::background::MIN_DEFERRAL {
+                return err(format!(
+                    "the maximum deferral of background queue {:?} must be at least 1 s",
+                    rule.queue
+                ));
+            }
+            if rule.off_peak.as_ref().is_some_and(|h| h.start == h.end) {
+                return err(format!(
+                    "the off-peak hours of background queue {:?} are empty (start = end)",
+                    rule.queue
+                ));
+            }
+        }
         if self.heartbeat_interval.is_zero()
             || self.heartbeat_interval >= self.lease_ttl - self.fence_margin
         {
@@ -143,6 +200,7 @@ impl Default for WorkerConfig {
             pruner_interval: Self::PRUNER_INTERVAL_DEFAULT,
             retention: Self::RETENTION_DEFAULT,
             prune_batch: Self::PRUNE_BATCH_DEFAULT,
+            background: Vec::new(),
         }
     }
 }
@@ -176,6 +234,24 @@ mod tests {
             },
             WorkerConfig {
                 heartbeat_interval: Duration::from_secs(25),
+                ..Default::default()
+            },
+            WorkerConfig {
+                background: vec![BackgroundQueue {
+                    queue: "elsewhere".into(),
+                    threshold: 10,
+                    off_peak: None,
+                    max_deferral: Duration::from_secs(60),
+                }],
+                ..Default::default()
+            },
+            WorkerConfig {
+                background: vec![BackgroundQueue {
+                    queue: "default".into(),
+                    threshold: 10,
+                    off_peak: None,
+                    max_deferral: Duration::ZERO,
+                }],
                 ..Default::default()
             },
         ];

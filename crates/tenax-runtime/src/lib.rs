@@ -8,6 +8,7 @@
 //! `dead` with its compensation scheduled as a linked task.
 #![forbid(unsafe_code)]
 
+mod background;
 mod backlog;
 mod client;
 mod config;
@@ -16,7 +17,8 @@ pub mod maintenance;
 mod timer;
 mod worker;
 
+pub use chrono_tz::Tz;
 pub use client::{Client, Enqueue};
-pub use config::{ConfigError, WorkerConfig};
+pub use config::{BackgroundQueue, ConfigError, OffPeak, WorkerConfig};
 pub use error::Error;
 pub use worker::Worker;

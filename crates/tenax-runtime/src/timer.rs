@@ -27,11 +27,12 @@ const SLACK: Duration = Duration::from_millis(1);
 pub(crate) async fn next_due_wait(
     storage: &dyn Storage,
     config: &WorkerConfig,
+    queues: &[String],
     commands: &[(String, u32)],
     claimed: Instant,
 ) -> Duration {
     let params = TaskNextRunParams {
-        queues: config.queues.clone(),
+        queues: queues.to_vec(),
         commands: commands.to_vec(),
         since: claimed.elapsed() + SLACK,
         now: None,

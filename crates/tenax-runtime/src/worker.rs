@@ -38,6 +38,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
+use crate::background::BackgroundGate;
 use crate::backlog::BacklogSampler;
 use crate::config::WorkerConfig;
 use crate::error::Error;
@@ -71,6 +72,8 @@ struct Shared {
     slot_freed: Notify,
     /// Due backlog per queue, for load-aware retry policies.
     backlog: BacklogSampler,
+    /// Which background queues may be claimed now.
+    gate: BackgroundGate,
 }
 
 impl Shared {
@@ -137,6 +140,7 @@ impl Worker {
                 hard_stop: CancellationToken::new(),
                 slot_freed: Notify::new(),
                 backlog: BacklogSampler::default(),
+                gate: BackgroundGate::default(),
             }),
         })
     }
@@ -304,13 +308,17 @@ async fn claim_loop(
         let free = slots.available_permits() as u32;
         let mut full_batch = false;
         let sent = Instant::now();
+        let queues = shared
+            .gate
+            .queues(shared.storage.as_ref(), &shared.config)
+            .await;
         if free > 0 {
             let limit = free.min(shared.config.claim_batch);
             let claimed = shared
                 .storage
                 .task_claim_batch(&TaskClaimParams {
                     worker: shared.id.clone(),
-                    queues: shared.config.queues.clone(),
+                    queues: queues.clone(),
                     commands: commands.clone(),
                     limit,
                     lease_ttl: shared.config.lease_ttl,
@@ -354,7 +362,14 @@ async fn claim_loop(
             rand::rng().random_range(shared.config.poll_interval..=ceiling)
         } else if free > 0 {
             // Wake up when the next delayed task is due, not at the next poll.
-            next_due_wait(shared.storage.as_ref(), &shared.config, &commands, sent).await
+            next_due_wait(
+                shared.storage.as_ref(),
+                &shared.config,
+                &queues,
+                &commands,
+                sent,
+            )
+            .await
         } else {
             shared.config.poll_interval
         };

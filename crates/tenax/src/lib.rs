@@ -45,7 +45,9 @@ pub use tenax_core::{
     LoadAware, Priority, QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext,
     TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
-pub use tenax_runtime::{Client, ConfigError, Enqueue, Error, Worker, WorkerConfig};
+pub use tenax_runtime::{
+    BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Tz, Worker, WorkerConfig,
+};
 
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {

@@ -128,3 +128,52 @@ async fn a_handler_that_ignores_the_cancel_is_stopped_at_its_timeout() {
     assert_eq!(done.attempt, 1);
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_queue_waits_until_the_other_queues_are_quiet() {
+    let env = Env::new().await;
+    // A due task no worker here can run keeps the default queue's backlog at 1.
+    let blocker = env
+        .client
+        .enqueue::<crate::support::Other>(())
+        .await
+        .unwrap()
+        .task;
+    let bulk = env
+        .client
+        .enqueue::<Scripted>(script(vec![Step::Ok]))
+        .queue("bulk")
+        .await
+        .unwrap()
+        .task;
+    let config = WorkerConfig {
+        queues: vec!["default".into(), "bulk".into()],
+        background: vec![tenax_runtime::BackgroundQueue {
+            queue: "bulk".into(),
+            threshold: 1,
+            off_peak: None,
+            max_deferral: Duration::from_secs(3600),
+        }],
+        ..fast()
+    };
+    let worker = env.start(env.storage(), env.registry(), config);
+    let foreground = env.enqueue(vec![Step::Ok], 5).await;
+    env.wait_task(&foreground, "the foreground task done", |t| {
+        t.status == TaskStatus::Succeeded
+    })
+    .await;
+    assert_eq!(
+        env.get(&bulk).await.status,
+        TaskStatus::Pending,
+        "deferred while the other queues have a backlog"
+    );
+    env.client
+        .cancel(tenax_storage::TaskRef::Id(blocker.id))
+        .await
+        .unwrap();
+    env.wait_task(&bulk, "the background task done once quiet", |t| {
+        t.status == TaskStatus::Succeeded
+    })
+    .await;
+    worker.shutdown().await;
+}
