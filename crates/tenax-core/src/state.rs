@@ -123,7 +123,7 @@ pub enum Transition {
     /// An operator or the caller cancelled the task before it ran.
     Cancel,
     /// A running task whose cancel was requested stopped without succeeding (written
-    /// by its worker under the lease epoch).
+    /// by its worker under the lease epoch, or by the reaper once its lease expired).
     CancelRunning,
     /// An operator retried a dead task (fresh attempt budget, history kept).
     ManualRetry,

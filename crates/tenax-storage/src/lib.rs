@@ -108,7 +108,8 @@ pub trait Storage: Send + Sync + 'static {
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool>;
 
     /// Move `running` tasks whose lease expired to `retrying` (run now) or, when out of
-    /// attempts, `dead`; the expiry is re-checked in the write itself.
+    /// attempts, `dead` — or `cancelled` when a cancel was requested; the expiry is
+    /// re-checked in the write itself.
     async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>>;
 
     /// Cancel a `pending`, `retrying` or `blocked` task at once. For a `running` task,

@@ -189,7 +189,7 @@ pub struct TaskReapParams {
 pub struct ReapedTask {
     /// The task.
     pub id: TaskId,
-    /// Its new status (`retrying` or `dead`).
+    /// Its new status (`retrying`, `dead`, or `cancelled` after a cancel request).
     pub status: TaskStatus,
 }
 

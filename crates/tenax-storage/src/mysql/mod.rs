@@ -906,19 +906,20 @@ impl MySqlStorage {
         // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
         // on a row it read earlier, so a completion that commits first always wins.
         // MySQL assigns left to right, each assignment seeing the previous ones: the
-        // error names the owner before the owner is cleared, and `attempt` is not
-        // assigned at all.
+        // error names the owner before the owner is cleared, `finished_at` and
+        // `compensation` read the new status, and `attempt` is not assigned at all.
         let mut qb = QueryBuilder::new(
             "UPDATE tenax_tasks
              SET last_error = CONCAT('lease expired: worker ', COALESCE(lease_owner, '?'),
                                      ' stopped renewing it'),
-                 status = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
-                 finished_at = CASE WHEN attempt >= max_attempts THEN ",
+                 status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                               WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 finished_at = CASE WHEN status <> 'retrying' THEN ",
         );
         qb.push_bind(now);
         qb.push(
             " END,
-                 compensation = CASE WHEN attempt >= max_attempts AND kind = 'execute'
+                 compensation = CASE WHEN status = 'dead' AND kind = 'execute'
                                      THEN 'pending' ELSE compensation END,
                  lease_owner = NULL, lease_expires_at = NULL, run_at = ",
         );
@@ -933,7 +934,12 @@ impl MySqlStorage {
         let tasks: Vec<TaskRecord> = fetch_ids(&mut tx, &ids)
             .await?
             .into_iter()
-            .filter(|t| matches!(t.status, TaskStatus::Retrying | TaskStatus::Dead))
+            .filter(|t| {
+                matches!(
+                    t.status,
+                    TaskStatus::Retrying | TaskStatus::Dead | TaskStatus::Cancelled
+                )
+            })
             .collect();
         for task in &tasks {
             let lease = Lease {

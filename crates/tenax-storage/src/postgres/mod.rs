@@ -794,11 +794,14 @@ impl Storage for PgStorage {
             // commits first always wins), and rows another reaper holds are skipped.
             let rows = sqlx::query(&format!(
                 "UPDATE tenax_tasks
-                 SET status = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                                   WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
                      run_at = {NOW},
                      last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
-                     finished_at = CASE WHEN attempt >= max_attempts THEN {NOW} END,
-                     compensation = CASE WHEN attempt >= max_attempts AND kind = 'execute'
+                     finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
+                                        THEN {NOW} END,
+                     compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
+                                              AND kind = 'execute'
                                          THEN 'pending' ELSE compensation END,
                      lease_owner = NULL, lease_expires_at = NULL, updated_at = {NOW}
                  WHERE id IN (SELECT id FROM tenax_tasks

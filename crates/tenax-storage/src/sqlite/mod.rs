@@ -637,11 +637,14 @@ impl Storage for SqliteStorage {
         // on a row it read earlier, so a completion that commits first always wins.
         let rows = sqlx::query(&format!(
             "UPDATE tenax_tasks
-             SET status = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+             SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                               WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
                  run_at = ?1,
                  last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
-                 finished_at = CASE WHEN attempt >= max_attempts THEN ?1 END,
-                 compensation = CASE WHEN attempt >= max_attempts AND kind = 'execute'
+                 finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
+                                    THEN ?1 END,
+                 compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
+                                          AND kind = 'execute'
                                      THEN 'pending' ELSE compensation END,
                  lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
              WHERE id IN (SELECT id FROM tenax_tasks

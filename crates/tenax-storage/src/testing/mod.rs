@@ -249,6 +249,7 @@ macro_rules! conformance_tests {
                 a_cancel_request_on_a_running_task_ends_it_cancelled,
                 a_cancel_request_does_not_undo_a_success_or_a_permanent_failure,
                 list_filters_tasks_started_before_an_instant,
+                an_expired_lease_with_a_cancel_request_is_reaped_cancelled,
             );
         }
     };

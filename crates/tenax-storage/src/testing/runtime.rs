@@ -319,3 +319,52 @@ pub async fn list_filters_tasks_started_before_an_instant(h: &Harness) {
         .unwrap();
     assert!(all.iter().all(|t| t.id != waiting.id), "never started");
 }
+
+pub async fn an_expired_lease_with_a_cancel_request_is_reaped_cancelled(h: &Harness) {
+    // Two tasks whose workers died: one with a cancel request, one without.
+    for max_attempts in [1, 5] {
+        h.task(TaskOpts {
+            max_attempts,
+            ..Default::default()
+        })
+        .await;
+    }
+    let claimed = h.claim("w1", 2, None).await;
+    assert_eq!(claimed.len(), 2);
+    for task in &claimed {
+        cancel(h, task).await;
+    }
+    h.task(TaskOpts::default()).await;
+    let other = h.claim("w1", 1, None).await.remove(0);
+    let far = Some(at(h.storage.now().await.unwrap(), 3600));
+    let reaped = h
+        .storage
+        .task_reap_expired(&crate::TaskReapParams {
+            limit: 10,
+            now: far,
+        })
+        .await
+        .unwrap();
+    assert_eq!(reaped.len(), 3);
+    for task in &claimed {
+        // Cancelled, not retried and (on its last attempt) not dead: no compensation.
+        let done = get(h, task).await;
+        assert_eq!(
+            done.status,
+            TaskStatus::Cancelled,
+            "max {}",
+            done.max_attempts
+        );
+        assert!(done.finished_at.is_some());
+        assert_eq!(done.compensation, None);
+        assert!(reaped
+            .iter()
+            .any(|r| r.id == task.id && r.status == TaskStatus::Cancelled));
+    }
+    assert_eq!(get(h, &other).await.status, TaskStatus::Retrying);
+    assert_eq!(
+        h.claim("w2", 10, far).await.len(),
+        1,
+        "only the other task runs again"
+    );
+}
