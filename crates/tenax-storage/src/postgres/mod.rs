@@ -41,6 +41,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod rows;
+mod schedules;
 
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
 
@@ -994,6 +995,29 @@ impl Storage for PgStorage {
             Ok(stats)
         })
         .await
+    }
+
+    async fn schedule_upsert(
+        &self,
+        params: &ScheduleUpsertParams,
+    ) -> Result<(ScheduleRecord, ScheduleUpserted)> {
+        self.schedule_upsert_tx(params).await
+    }
+
+    async fn schedule_list(&self) -> Result<Vec<ScheduleRecord>> {
+        self.schedule_list_all().await
+    }
+
+    async fn schedule_set_paused(&self, params: &SchedulePauseParams) -> Result<ScheduleRecord> {
+        self.schedule_pause_tx(params).await
+    }
+
+    async fn schedule_remove(&self, name: &str) -> Result<()> {
+        self.schedule_delete(name).await
+    }
+
+    async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
+        self.schedule_fire_tx(params).await
     }
 }
 

@@ -34,6 +34,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod rows;
+mod schedules;
 
 use rows::{ms, task_from_row, TASK_COLUMNS};
 
@@ -831,5 +832,28 @@ impl Storage for SqliteStorage {
         stats.oldest_due_age =
             oldest.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
         Ok(stats)
+    }
+
+    async fn schedule_upsert(
+        &self,
+        params: &ScheduleUpsertParams,
+    ) -> Result<(ScheduleRecord, ScheduleUpserted)> {
+        self.schedule_upsert_tx(params).await
+    }
+
+    async fn schedule_list(&self) -> Result<Vec<ScheduleRecord>> {
+        self.schedule_list_all().await
+    }
+
+    async fn schedule_set_paused(&self, params: &SchedulePauseParams) -> Result<ScheduleRecord> {
+        self.schedule_pause_tx(params).await
+    }
+
+    async fn schedule_remove(&self, name: &str) -> Result<()> {
+        self.schedule_delete(name).await
+    }
+
+    async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
+        self.schedule_fire_tx(params).await
     }
 }

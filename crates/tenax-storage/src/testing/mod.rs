@@ -17,6 +17,7 @@ use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
 pub mod conformance;
 mod faults;
+pub mod schedules;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -243,6 +244,11 @@ macro_rules! conformance_tests {
                 retrying_a_stale_compensation_is_refused,
                 a_newer_payload_version_waits_for_a_worker_that_knows_it,
                 payload_version_is_stored_and_copied_to_the_compensation,
+                a_tick_fires_once_when_two_nodes_fire_together,
+                missed_ticks_are_skipped_or_caught_up_within_the_bound,
+                pause_and_resume_and_remove,
+                an_invalid_schedule_changes_nothing,
+                a_time_zone_schedule_fires_at_the_right_utc_instants_across_dst,
             );
         }
     };
