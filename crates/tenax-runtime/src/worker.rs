@@ -84,6 +84,7 @@ impl Shared {
 /// lease epoch.
 pub struct Worker {
     shared: Arc<Shared>,
+    schedules: Vec<tenax_core::ScheduleDef>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -131,7 +132,24 @@ impl Worker {
                 hard_stop: CancellationToken::new(),
                 slot_freed: Notify::new(),
             }),
+            schedules: Vec::new(),
         })
+    }
+
+    /// Declare a periodic schedule: stored (or updated) when the worker starts, then
+    /// fired by the scheduler of whichever worker gets to it first. An invalid schedule
+    /// is refused here with the reason.
+    pub fn with_schedule(mut self, schedule: tenax_core::Schedule) -> Result<Self, Error> {
+        let def = schedule.build()?;
+        if self.schedules.iter().any(|s| s.name == def.name) {
+            return Err(tenax_core::InvalidInput::new(
+                "schedule name",
+                format!("{:?} is declared twice", def.name),
+            )
+            .into());
+        }
+        self.schedules.push(def);
+        Ok(self)
     }
 
     /// Call `hook` before and after every execution (for example the test ledger).
@@ -151,7 +169,7 @@ impl Worker {
     /// for up to the shutdown grace, cancel the rest and hand them back (retry now).
     /// Returns when every executor has finished.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
-        let shared = self.shared;
+        let Worker { shared, schedules } = self;
         info!(worker = %shared.id, commands = ?shared.registry, queues = ?shared.config.queues, "worker started");
         let background = CancellationToken::new();
         let mut services = JoinSet::new();
@@ -170,6 +188,13 @@ impl Worker {
                 background.clone(),
             ));
         }
+        services.spawn(crate::scheduler::scheduler_loop(
+            shared.storage.clone(),
+            schedules,
+            shared.config.scheduler,
+            shared.config.scheduler_interval,
+            background.clone(),
+        ));
 
         let mut executors = JoinSet::new();
         claim_loop(&shared, &shutdown, &mut executors).await;

@@ -45,6 +45,7 @@ pub use tenax_core::{
     QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext, TaskId, TaskKind,
     TaskNo, TaskRecord, TaskStatus,
 };
+pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{Client, ConfigError, Enqueue, Error, Worker, WorkerConfig};
 
 /// The storage seam and its backends (internal interface; may change in any release).
