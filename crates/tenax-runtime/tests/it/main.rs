@@ -17,3 +17,6 @@ mod leases;
 
 /// Payload evolution: a task stored by one version of a command runs on the next.
 mod versions;
+
+/// Periodic schedules: declared on a worker, fired by its scheduler or at an injected time.
+mod schedules;
