@@ -75,7 +75,7 @@ fn schedules_are_added_listed_paused_resumed_and_removed_from_the_cli() {
     for (args, expected) in [
         (
             vec!["add", "bad", "NOOP", "--cron", "0 61 * * *"],
-            "invalid cron",
+            "hour 61 is outside 0-23",
         ),
         (
             vec!["add", "bad", "NOOP", "--cron", "* * * *"],

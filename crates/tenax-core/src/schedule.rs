@@ -86,7 +86,10 @@ impl Cadence {
             .year(Year::Disallowed)
             .build()
             .parse(expression)
-            .map_err(|e| InvalidInput::new("cron", format!("{expression:?}: {e}")))?;
+            .map_err(|e| {
+                let reason = out_of_range(expression).unwrap_or_else(|| e.to_string());
+                InvalidInput::new("cron", format!("{expression:?}: {reason}"))
+            })?;
         let cadence = Self::Cron(Box::new(CronCadence {
             expression: expression.to_owned(),
             timezone,
@@ -134,7 +137,7 @@ impl Cadence {
                 Utc.timestamp_opt(k.checked_mul(p)?, 0).single()?
             }
         };
-        (next > t && next.year_ok()).then_some(next)
+        (next > t && chrono::Datelike::year(&next) <= 9999).then_some(next)
     }
 
     /// The last tick at or before `t`, if any.
@@ -163,14 +166,38 @@ impl Cadence {
     }
 }
 
-trait YearOk {
-    fn year_ok(&self) -> bool;
-}
-
-impl YearOk for DateTime<Utc> {
-    fn year_ok(&self) -> bool {
-        chrono::Datelike::year(self) <= 9999
+/// Which field of a 5- or 6-field expression holds a number out of its range, for a
+/// message that says where the mistake is.
+fn out_of_range(expression: &str) -> Option<String> {
+    const FIELDS: [(&str, u32, u32); 6] = [
+        ("second", 0, 59),
+        ("minute", 0, 59),
+        ("hour", 0, 23),
+        ("day of month", 1, 31),
+        ("month", 1, 12),
+        ("day of week", 0, 7),
+    ];
+    let parts: Vec<&str> = expression.split_whitespace().collect();
+    let fields = match parts.len() {
+        5 => &FIELDS[1..],
+        6 => &FIELDS[..],
+        _ => return None,
+    };
+    for (part, (name, min, max)) in parts.iter().zip(fields) {
+        for item in part.split(',') {
+            // The value before a step (`/n`) or an nth weekday (`#n`).
+            let base = item.split(['/', '#']).next().unwrap_or_default();
+            for number in base.split('-') {
+                let digits: String = number.chars().filter(char::is_ascii_digit).collect();
+                if let Ok(value) = digits.parse::<u32>() {
+                    if value < *min || value > *max {
+                        return Some(format!("{name} {value} is outside {min}-{max}"));
+                    }
+                }
+            }
+        }
     }
+    None
 }
 
 impl fmt::Display for Cadence {

@@ -230,7 +230,10 @@ fn invalid_expressions_say_what_is_wrong() {
         ("", "fields"),
         ("* * * *", "4 fields"),
         ("* * * * * * *", "7 fields"),
-        ("0 61 * * *", "61"),
+        ("0 61 * * *", "hour 61 is outside 0-23"),
+        ("61 * * * *", "minute 61 is outside 0-59"),
+        ("0 0 * * * 8", "day of week 8 is outside 0-7"),
+        ("*/0 * * * *", "Step cannot be zero"),
         ("0 0 30 2 *", "never fires"),
         ("0 0 * * FOO", "cron"),
     ];

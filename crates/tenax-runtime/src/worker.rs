@@ -12,6 +12,8 @@
 //! - **heartbeat**: renews every held lease in one statement; a lease missing from the
 //!   answer was lost, and its handler is stopped at once;
 //! - **reaper** and **pruner** (optional): see [`crate::maintenance`].
+//! - **scheduler** (optional): declares the worker's schedules, then fires due ticks;
+//!   see [`crate::scheduler`].
 //!
 //! Self-fencing: each executor holds a deadline on the local monotonic clock, the
 //! instant its last successful renewal was *sent* plus the lease TTL minus the fence
