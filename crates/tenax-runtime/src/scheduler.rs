@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::maintenance::jittered;
-use crate::Client;
+use crate::{Client, Worker};
 
 /// Most schedules fired per storage call.
 pub const FIRE_BATCH: u32 = 100;
@@ -86,6 +86,24 @@ impl Client {
                 now: at,
             })
             .await?)
+    }
+}
+
+impl Worker {
+    /// Declare a periodic schedule: stored (or updated) when the worker starts, then
+    /// fired by the scheduler of whichever worker gets to it first. An invalid schedule
+    /// is refused here with the reason.
+    pub fn with_schedule(mut self, schedule: tenax_core::Schedule) -> Result<Self, Error> {
+        let def = schedule.build()?;
+        if self.schedules.iter().any(|s| s.name == def.name) {
+            return Err(tenax_core::InvalidInput::new(
+                "schedule name",
+                format!("{:?} is declared twice", def.name),
+            )
+            .into());
+        }
+        self.schedules.push(def);
+        Ok(self)
     }
 }
 

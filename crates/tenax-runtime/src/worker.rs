@@ -86,7 +86,8 @@ impl Shared {
 /// lease epoch.
 pub struct Worker {
     shared: Arc<Shared>,
-    schedules: Vec<tenax_core::ScheduleDef>,
+    /// Declared with [`Worker::with_schedule`] (`crate::scheduler`).
+    pub(crate) schedules: Vec<tenax_core::ScheduleDef>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -136,22 +137,6 @@ impl Worker {
             }),
             schedules: Vec::new(),
         })
-    }
-
-    /// Declare a periodic schedule: stored (or updated) when the worker starts, then
-    /// fired by the scheduler of whichever worker gets to it first. An invalid schedule
-    /// is refused here with the reason.
-    pub fn with_schedule(mut self, schedule: tenax_core::Schedule) -> Result<Self, Error> {
-        let def = schedule.build()?;
-        if self.schedules.iter().any(|s| s.name == def.name) {
-            return Err(tenax_core::InvalidInput::new(
-                "schedule name",
-                format!("{:?} is declared twice", def.name),
-            )
-            .into());
-        }
-        self.schedules.push(def);
-        Ok(self)
     }
 
     /// Call `hook` before and after every execution (for example the test ledger).
