@@ -65,6 +65,9 @@ pub(crate) struct WorkerFile {
     #[serde(default, deserialize_with = "duration")]
     pub(crate) retention: Option<Duration>,
     pub(crate) prune_batch: Option<u32>,
+    pub(crate) scheduler: Option<bool>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) scheduler_interval: Option<Duration>,
 }
 
 /// One documented key, for the generated configuration reference.
@@ -196,6 +199,20 @@ pub(crate) fn reference() -> Vec<Key> {
             d.prune_batch.to_string(),
             "Most tasks deleted per pruner statement.",
         ),
+        key(
+            "worker.scheduler",
+            "",
+            "",
+            d.scheduler.to_string(),
+            "Fire the due ticks of periodic schedules in this worker (the database makes each tick fire once across nodes).",
+        ),
+        key(
+            "worker.scheduler_interval",
+            "",
+            "",
+            secs(d.scheduler_interval),
+            "Time between scheduler passes: a tick fires at most about this late.",
+        ),
     ]
 }
 
@@ -253,6 +270,8 @@ pub(crate) fn worker_config(
         prune_batch: file.prune_batch.unwrap_or(d.prune_batch),
         // Background queues are configured in code (`WorkerConfig::background`).
         background: d.background,
+        scheduler: file.scheduler.unwrap_or(d.scheduler),
+        scheduler_interval: file.scheduler_interval.unwrap_or(d.scheduler_interval),
     };
     config.validate()?;
     Ok(config)

@@ -15,6 +15,7 @@ mod bench_delayed;
 mod config;
 mod demo;
 mod reference;
+mod schedules;
 mod tasks;
 mod worker;
 
@@ -49,6 +50,9 @@ enum Commands {
     /// Inspect and act on tasks.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
+    /// Periodic tasks: cron expressions and fixed intervals.
+    #[command(subcommand)]
+    Schedules(schedules::SchedulesCommand),
     /// Counts by status and command type.
     Stats,
     /// Apply pending schema migrations.
@@ -153,6 +157,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match other {
                 Commands::Enqueue(args) => tasks::enqueue(&client, args).await,
                 Commands::Tasks(command) => tasks::run(&client, command).await,
+                Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Stats => tasks::stats(&client).await,
                 Commands::Migrate => {
                     println!("schema of {database_url} is up to date");

@@ -10,6 +10,7 @@
 //! - [`TaskStatus`] and [`state`]: the life cycle and its table of legal transitions.
 //! - [`RetryPolicy`]: exponential backoff with jitter, capped.
 //! - [`Registry`]: maps stable type names to handler instances.
+//! - [`Schedule`] and [`schedule`]: periodic tasks (cron expressions and intervals).
 #![forbid(unsafe_code)]
 
 mod command;
@@ -17,6 +18,7 @@ mod error;
 mod hook;
 mod registry;
 pub mod retry;
+pub mod schedule;
 pub mod state;
 mod task;
 
@@ -25,6 +27,7 @@ pub use error::{CommandError, ResultExt};
 pub use hook::{ExecutionHook, ExecutionOutcome, HookFuture};
 pub use registry::{defaults_of, CommandDefaults, DynHandler, Registry, RegistryError};
 pub use retry::{Backoff, BackoffFn, Jitter, LoadAware, RetryPolicy};
+pub use schedule::{Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use state::{TaskStatus, Transition};
 pub use task::{
     validate_command_type, AttemptOutcome, AttemptRecord, CompensationState, InvalidInput,

@@ -50,6 +50,13 @@ pub struct WorkerConfig {
     /// Most tasks deleted per pruner statement. Defaults to
     /// [`WorkerConfig::PRUNE_BATCH_DEFAULT`] (1000).
     pub prune_batch: u32,
+    /// Fire the due ticks of periodic schedules in this worker. Defaults to `true`:
+    /// the database decides which node fires a tick, so every worker can. The
+    /// worker's own schedules are declared at start either way.
+    pub scheduler: bool,
+    /// Time between scheduler passes; a tick fires at most about this late. Defaults
+    /// to [`WorkerConfig::SCHEDULER_INTERVAL_DEFAULT`] (1 s).
+    pub scheduler_interval: Duration,
     /// Queues of [`WorkerConfig::queues`] claimed only in quiet periods. Defaults to
     /// none.
     pub background: Vec<BackgroundQueue>,
@@ -103,6 +110,8 @@ impl WorkerConfig {
     pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
     /// Default [`WorkerConfig::prune_batch`].
     pub const PRUNE_BATCH_DEFAULT: u32 = 1000;
+    /// Default [`WorkerConfig::scheduler_interval`].
+    pub const SCHEDULER_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 
     /// Check the configuration; called by [`Worker::new`](crate::Worker::new).
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -119,8 +128,9 @@ impl WorkerConfig {
         if self.poll_interval.is_zero()
             || self.reaper_interval.is_zero()
             || self.pruner_interval.is_zero()
+            || self.scheduler_interval.is_zero()
         {
-            return err("poll, reaper and pruner intervals must be positive".into());
+            return err("poll, reaper, pruner and scheduler intervals must be positive".into());
         }
         if self.fence_margin >= self.lease_ttl {
             return err(format!(
@@ -201,6 +211,8 @@ impl Default for WorkerConfig {
             retention: Self::RETENTION_DEFAULT,
             prune_batch: Self::PRUNE_BATCH_DEFAULT,
             background: Vec::new(),
+            scheduler: true,
+            scheduler_interval: Self::SCHEDULER_INTERVAL_DEFAULT,
         }
     }
 }
@@ -252,6 +264,10 @@ mod tests {
                     off_peak: None,
                     max_deferral: Duration::ZERO,
                 }],
+                ..Default::default()
+            },
+            WorkerConfig {
+                scheduler_interval: Duration::ZERO,
                 ..Default::default()
             },
         ];

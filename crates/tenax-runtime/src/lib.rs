@@ -6,6 +6,11 @@
 //! runs the handler under a lease kept alive by heartbeats, and writes the outcome
 //! with a write guarded by the lease epoch: `succeeded`, `retrying` after backoff, or
 //! `dead` with its compensation scheduled as a linked task.
+//!
+//! Periodic tasks: a [`Schedule`](tenax_core::Schedule) registered with
+//! [`Worker::with_schedule`] or stored with [`Client::upsert_schedule`] enqueues one task
+//! per tick; every worker's [`scheduler`] fires due ticks through the storage, which
+//! makes each tick fire once across all nodes.
 #![forbid(unsafe_code)]
 
 mod background;
@@ -15,6 +20,7 @@ mod config;
 mod error;
 pub mod maintenance;
 mod timer;
+pub mod scheduler;
 mod worker;
 
 pub use chrono_tz::Tz;

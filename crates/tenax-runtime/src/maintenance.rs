@@ -17,7 +17,7 @@ use crate::config::WorkerConfig;
 pub const REAP_BATCH: u32 = 1000;
 
 /// Sleep about `interval` (±20 %), so that workers started together spread out.
-async fn jittered(interval: Duration, stop: &CancellationToken) -> bool {
+pub(crate) async fn jittered(interval: Duration, stop: &CancellationToken) -> bool {
     let wait = rand::rng().random_range(interval.mul_f64(0.8)..=interval.mul_f64(1.2));
     tokio::select! {
         _ = stop.cancelled() => false,

@@ -12,6 +12,8 @@
 //! - **heartbeat**: renews every held lease in one statement; a lease missing from the
 //!   answer was lost, and its handler is stopped at once;
 //! - **reaper** and **pruner** (optional): see [`crate::maintenance`].
+//! - **scheduler** (optional): declares the worker's schedules, then fires due ticks;
+//!   see [`crate::scheduler`].
 //!
 //! Self-fencing: each executor holds a deadline on the local monotonic clock, the
 //! instant its last successful renewal was *sent* plus the lease TTL minus the fence
@@ -93,6 +95,8 @@ impl Shared {
 /// lease epoch.
 pub struct Worker {
     shared: Arc<Shared>,
+    /// Declared with [`Worker::with_schedule`] (`crate::scheduler`).
+    pub(crate) schedules: Vec<tenax_core::ScheduleDef>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -142,6 +146,7 @@ impl Worker {
                 backlog: BacklogSampler::default(),
                 gate: BackgroundGate::default(),
             }),
+            schedules: Vec::new(),
         })
     }
 
@@ -162,7 +167,7 @@ impl Worker {
     /// for up to the shutdown grace, cancel the rest and hand them back (retry now).
     /// Returns when every executor has finished.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
-        let shared = self.shared;
+        let Worker { shared, schedules } = self;
         info!(worker = %shared.id, commands = ?shared.registry, queues = ?shared.config.queues, "worker started");
         let background = CancellationToken::new();
         let mut services = JoinSet::new();
@@ -181,6 +186,13 @@ impl Worker {
                 background.clone(),
             ));
         }
+        services.spawn(crate::scheduler::scheduler_loop(
+            shared.storage.clone(),
+            schedules,
+            shared.config.scheduler,
+            shared.config.scheduler_interval,
+            background.clone(),
+        ));
 
         let mut executors = JoinSet::new();
         claim_loop(&shared, &shutdown, &mut executors).await;

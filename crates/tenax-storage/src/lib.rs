@@ -30,6 +30,7 @@ pub mod mysql;
 pub mod params;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "testing")]
@@ -143,6 +144,34 @@ pub trait Storage: Send + Sync + 'static {
     /// The leases among those given whose task has a pending cancel request (see
     /// [`Storage::task_cancel`]): their handlers should be asked to stop.
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>>;
+
+    /// Store a periodic schedule, or update the one of the same name. A new schedule
+    /// fires first at its first tick after now; an update that changes the cadence
+    /// restarts from the first tick after now; a paused schedule stays paused. An
+    /// invalid definition is [`StorageError::Invalid`] and changes nothing.
+    async fn schedule_upsert(
+        &self,
+        params: &ScheduleUpsertParams,
+    ) -> Result<(ScheduleRecord, ScheduleUpserted)>;
+
+    /// Every schedule, by name.
+    async fn schedule_list(&self) -> Result<Vec<ScheduleRecord>>;
+
+    /// Pause a schedule, or resume it from its first tick after now (ticks that passed
+    /// while it was paused never fire). [`StorageError::NotFound`] when missing.
+    async fn schedule_set_paused(&self, params: &SchedulePauseParams) -> Result<ScheduleRecord>;
+
+    /// Delete a schedule (the tasks it enqueued stay). [`StorageError::NotFound`] when
+    /// missing.
+    async fn schedule_remove(&self, name: &str) -> Result<()>;
+
+    /// Fire the due ticks of up to `limit` schedules that are not paused: in one
+    /// transaction per call, each due schedule (locked, skipping those another node
+    /// holds) enqueues one task per tick its missed-tick policy keeps, numbered
+    /// `sched:<name>:<tick>`, and its next fire time moves past now with a write
+    /// conditional on the value read. A tick therefore fires once however many nodes
+    /// call this at the same time.
+    async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

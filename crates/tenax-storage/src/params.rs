@@ -252,6 +252,33 @@ pub struct TaskNextRunParams {
     /// is reported (as due) instead of skipped. Tasks due before that are the claim's
     /// business (or not claimable by this caller) and are not reported.
     pub since: Duration,
+
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// A schedule as stored: its definition and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleRecord {
+    /// What it fires and when.
+    pub def: tenax_core::ScheduleDef,
+    /// A paused schedule fires nothing; its ticks while paused are skipped.
+    pub paused: bool,
+    /// The next tick it fires (UTC); `None` when it never fires again.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// The latest tick it fired, if any.
+    pub last_tick: Option<DateTime<Utc>>,
+    /// When it was first stored.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed (definition, pause, or a firing).
+    pub updated_at: DateTime<Utc>,
+}
+
+/// [`Storage::schedule_upsert`](crate::Storage::schedule_upsert).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleUpsertParams {
+    /// The definition (checked again by the storage).
+    pub def: tenax_core::ScheduleDef,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
 }
@@ -291,4 +318,50 @@ pub struct NextRun {
     /// The database's now (or the override) when it was read: `run_at - now` is how
     /// long a worker sleeps, whatever its own clock says.
     pub now: DateTime<Utc>,
+
+}
+
+/// What [`Storage::schedule_upsert`](crate::Storage::schedule_upsert) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleUpserted {
+    /// A new schedule; its first tick is the first after now.
+    Created,
+    /// The definition changed; a changed cadence restarts from the first tick after
+    /// now, and a paused schedule stays paused.
+    Updated,
+    /// The same definition was already stored; nothing was written.
+    Unchanged,
+}
+
+/// [`Storage::schedule_set_paused`](crate::Storage::schedule_set_paused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulePauseParams {
+    /// The schedule.
+    pub name: String,
+    /// `true` to pause, `false` to resume (from the first tick after now).
+    pub paused: bool,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// [`Storage::schedule_fire_due`](crate::Storage::schedule_fire_due).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleFireParams {
+    /// At most this many schedules per call (each fires its due ticks).
+    pub limit: u32,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// One tick a [`Storage::schedule_fire_due`](crate::Storage::schedule_fire_due) call
+/// fired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiredTick {
+    /// The schedule.
+    pub schedule: String,
+    /// The tick (UTC).
+    pub tick: DateTime<Utc>,
+    /// The task it enqueued, or `None` when a task with the tick's number already
+    /// existed (the tick had fired before the schedule was re-created).
+    pub task: Option<TaskId>,
 }

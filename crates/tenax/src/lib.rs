@@ -48,6 +48,7 @@ pub use tenax_core::{
 pub use tenax_runtime::{
     BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Tz, Worker, WorkerConfig,
 };
+pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {

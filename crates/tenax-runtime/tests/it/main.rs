@@ -20,3 +20,5 @@ mod versions;
 
 /// Time: delayed tasks start on time, running tasks can be cancelled.
 mod timing;
+/// Periodic schedules: declared on a worker, fired by its scheduler or at an injected time.
+mod schedules;

@@ -49,6 +49,7 @@ use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod rows;
 mod runtime;
+mod schedules;
 
 use rows::{task_from_row, TASK_COLUMNS};
 
@@ -1298,5 +1299,29 @@ impl Storage for MySqlStorage {
 
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         runtime::cancel_requested(&self.pool, params).await
+
+    }
+
+    async fn schedule_upsert(
+        &self,
+        params: &ScheduleUpsertParams,
+    ) -> Result<(ScheduleRecord, ScheduleUpserted)> {
+        self.schedule_upsert_tx(params).await
+    }
+
+    async fn schedule_list(&self) -> Result<Vec<ScheduleRecord>> {
+        self.schedule_list_all().await
+    }
+
+    async fn schedule_set_paused(&self, params: &SchedulePauseParams) -> Result<ScheduleRecord> {
+        self.schedule_pause_tx(params).await
+    }
+
+    async fn schedule_remove(&self, name: &str) -> Result<()> {
+        self.schedule_delete(name).await
+    }
+
+    async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
+        self.schedule_fire_tx(params).await
     }
 }

@@ -24,11 +24,11 @@ fn utf8(bytes: Vec<u8>, column: &str) -> Result<String> {
     String::from_utf8(bytes).map_err(|_| StorageError::Corrupt(format!("{column} is not UTF-8")))
 }
 
-fn text(row: &MySqlRow, column: &str) -> Result<String> {
+pub(super) fn text(row: &MySqlRow, column: &str) -> Result<String> {
     utf8(row.try_get::<Vec<u8>, _>(column).map_err(map_err)?, column)
 }
 
-fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
+pub(super) fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
     row.try_get::<Option<Vec<u8>>, _>(column)
         .map_err(map_err)?
         .map(|bytes| utf8(bytes, column))

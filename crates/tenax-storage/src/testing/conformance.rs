@@ -1368,3 +1368,5 @@ pub async fn retrying_a_stale_compensation_is_refused(h: &Harness) {
     );
     assert_eq!(status_of(h, task.id).await, TaskStatus::Succeeded);
 }
+
+pub use super::schedules::*;

@@ -136,5 +136,30 @@ impl Storage for FaultyStorage {
         params: &crate::CancelRequestedParams,
     ) -> Result<Vec<crate::Lease>> {
         self.inner.task_cancel_requested(params).await
+
+    }
+    async fn schedule_upsert(
+        &self,
+        params: &crate::ScheduleUpsertParams,
+    ) -> Result<(crate::ScheduleRecord, crate::ScheduleUpserted)> {
+        self.inner.schedule_upsert(params).await
+    }
+    async fn schedule_list(&self) -> Result<Vec<crate::ScheduleRecord>> {
+        self.inner.schedule_list().await
+    }
+    async fn schedule_set_paused(
+        &self,
+        params: &crate::SchedulePauseParams,
+    ) -> Result<crate::ScheduleRecord> {
+        self.inner.schedule_set_paused(params).await
+    }
+    async fn schedule_remove(&self, name: &str) -> Result<()> {
+        self.inner.schedule_remove(name).await
+    }
+    async fn schedule_fire_due(
+        &self,
+        params: &crate::ScheduleFireParams,
+    ) -> Result<Vec<crate::FiredTick>> {
+        self.inner.schedule_fire_due(params).await
     }
 }

@@ -18,6 +18,7 @@ use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 pub mod conformance;
 mod faults;
 pub mod runtime;
+pub mod schedules;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -250,6 +251,11 @@ macro_rules! conformance_tests {
                 a_cancel_request_does_not_undo_a_success_or_a_permanent_failure,
                 list_filters_tasks_started_before_an_instant,
                 an_expired_lease_with_a_cancel_request_is_reaped_cancelled,
+                a_tick_fires_once_when_two_nodes_fire_together,
+                missed_ticks_are_skipped_or_caught_up_within_the_bound,
+                pause_and_resume_and_remove,
+                an_invalid_schedule_changes_nothing,
+                a_time_zone_schedule_fires_at_the_right_utc_instants_across_dst,
             );
         }
     };
