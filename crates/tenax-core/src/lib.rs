@@ -28,5 +28,5 @@ pub use retry::{Jitter, RetryPolicy};
 pub use state::{TaskStatus, Transition};
 pub use task::{
     validate_command_type, AttemptOutcome, AttemptRecord, CompensationState, InvalidInput,
-    Priority, QueueName, TaskId, TaskKind, TaskNo, TaskRecord,
+    Priority, QueueName, TaskId, TaskKind, TaskNo, TaskRecord, PRIORITY_AGING_STEP,
 };

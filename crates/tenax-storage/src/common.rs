@@ -172,3 +172,54 @@ pub(crate) fn stale_compensation(task: &TaskRef) -> StorageError {
         action: "retry a compensation whose task was retried since it died",
     }
 }
+
+/// A task's place in the claim order: `run_at − priority × PRIORITY_AGING_STEP`, the key
+/// every backend indexes (`migrations/*/0003_claim_controls.sql`).
+pub(crate) fn claim_key(task: &TaskRecord) -> chrono::DateTime<chrono::Utc> {
+    let step = i64::try_from(tenax_core::PRIORITY_AGING_STEP.as_millis()).unwrap_or(i64::MAX);
+    task.run_at - chrono::Duration::milliseconds(step * i64::from(task.priority.get()))
+}
+
+/// Sort claimed tasks in the claim order: by [`claim_key`], then id.
+pub(crate) fn sort_in_claim_order(tasks: &mut [TaskRecord]) {
+    tasks.sort_by(|a, b| claim_key(a).cmp(&claim_key(b)).then(a.id.cmp(&b.id)));
+}
+
+/// Check a queue change before it reaches the database.
+pub(crate) fn validate_queue_update(params: &crate::params::QueueUpdateParams) -> Result<()> {
+    tenax_core::QueueName::new(params.queue.clone())?;
+    if let crate::params::QueueChange::MaxRunning(Some(0)) = params.change {
+        return Err(InvalidInput::new(
+            "max_running",
+            "must be at least 1 (pause the queue to stop it, or remove the limit)",
+        )
+        .into());
+    }
+    if let crate::params::QueueChange::MaxRunning(Some(n)) = params.change {
+        if i32::try_from(n).is_err() {
+            return Err(InvalidInput::new("max_running", format!("{n} is too large")).into());
+        }
+    }
+    Ok(())
+}
+
+/// The claim controls of the queues a claim names, as read from `tenax_queues`.
+#[derive(Debug, Default)]
+pub(crate) struct QueueControls {
+    /// Queues that are paused.
+    pub(crate) paused: Vec<String>,
+    /// Queues (not paused) with a limit, and the limit.
+    pub(crate) limited: Vec<(String, u32)>,
+}
+
+impl QueueControls {
+    /// Nothing restricts the claim: the fast path applies.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.paused.is_empty() && self.limited.is_empty()
+    }
+}
+
+/// Per-queue room left under a limit: `max_running − running`, never negative.
+pub(crate) fn room(max_running: u32, running: i64) -> u32 {
+    u32::try_from((i64::from(max_running) - running).max(0)).unwrap_or(0)
+}

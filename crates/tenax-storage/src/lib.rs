@@ -124,6 +124,17 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Counts by status and by command type.
     async fn stats(&self) -> Result<Stats>;
+
+    /// Every queue that has waiting or running tasks or claim controls, by name, with
+    /// its controls and counts.
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>>;
+
+    /// Pause or resume a queue, or set or remove its limit on running tasks; returns the
+    /// queue after the change. A paused queue is never claimed from; a limited queue
+    /// never has more than `max_running` tasks running (claims that lock the queue row
+    /// and count its running tasks decide it). A limit lower than what runs now stops
+    /// further claims until enough finish; running tasks are not interrupted.
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo>;
 }
 
 /// Open the backend a URL names and apply its migrations.

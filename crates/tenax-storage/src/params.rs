@@ -234,3 +234,43 @@ impl Stats {
         self.by_status.iter().map(|(_, n)| n).sum()
     }
 }
+
+/// A queue as [`Storage::queue_list`](crate::Storage::queue_list) reports it: its
+/// claim controls and how many of its tasks wait and run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: String,
+    /// A paused queue is never claimed from; its tasks wait.
+    pub paused: bool,
+    /// At most this many of its tasks run at once across all nodes; `None` is unlimited.
+    pub max_running: Option<u32>,
+    /// Tasks `pending` or `retrying` (due or not).
+    pub waiting: u64,
+    /// Tasks `running`.
+    pub running: u64,
+    /// When its controls last changed (`None` if they were never set).
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// What [`Storage::queue_update`](crate::Storage::queue_update) changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueChange {
+    /// Stop claiming from the queue (running tasks finish).
+    Pause,
+    /// Claim from the queue again.
+    Resume,
+    /// At most this many running at once (at least 1); `None` removes the limit.
+    MaxRunning(Option<u32>),
+}
+
+/// [`Storage::queue_update`](crate::Storage::queue_update).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueUpdateParams {
+    /// The queue (need not have tasks yet).
+    pub queue: String,
+    /// The change.
+    pub change: QueueChange,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}

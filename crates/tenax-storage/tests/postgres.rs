@@ -47,8 +47,18 @@ async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() 
         })
         .await
         .unwrap();
+    // The aging key's index, walked in its order (bounded by key <= now).
     assert!(
-        plan.contains("Index Scan using tenax_tasks_claim"),
+        plan.contains("Index Scan using tenax_tasks_claim_key"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("tenax_claim_key(run_at, priority) <="),
+        "{plan}"
+    );
+    // Queue controls cost a primary-key probe per queue, not a scan.
+    assert!(
+        plan.contains("Index Scan using tenax_queues_pkey"),
         "{plan}"
     );
     // The only sort allowed is of the few candidates, above the per-queue scans.

@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 use crate::{
-    Capabilities, LeaseExtendParams, ReapedTask, Result, Stats, Storage, StorageError,
-    TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams,
-    TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
+    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, ReapedTask, Result, Stats,
+    Storage, StorageError, TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams,
+    TaskInsertParams, TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef,
+    WakeReceiver,
 };
 
 /// Methods that [`FaultyStorage`] can fail.
@@ -118,5 +119,11 @@ impl Storage for FaultyStorage {
     }
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
+    }
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
+        self.inner.queue_list().await
+    }
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
+        self.inner.queue_update(params).await
     }
 }

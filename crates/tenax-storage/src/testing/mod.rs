@@ -15,8 +15,10 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
+mod claims;
 pub mod conformance;
 mod faults;
+mod queues;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -243,6 +245,12 @@ macro_rules! conformance_tests {
                 retrying_a_stale_compensation_is_refused,
                 a_newer_payload_version_waits_for_a_worker_that_knows_it,
                 payload_version_is_stored_and_copied_to_the_compensation,
+                priority_is_worth_one_aging_step_per_level,
+                a_low_priority_task_starts_within_the_aging_bound_under_a_flood,
+                a_paused_queue_is_never_claimed_from,
+                invalid_queue_changes_are_refused_and_change_nothing,
+                a_queue_limit_caps_its_running_tasks_without_blocking_others,
+                concurrent_claimers_never_exceed_a_queue_limit,
             );
         }
     };
