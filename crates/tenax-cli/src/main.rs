@@ -13,6 +13,7 @@ mod bank;
 mod bench;
 mod config;
 mod demo;
+mod queues;
 mod reference;
 mod tasks;
 mod worker;
@@ -48,6 +49,9 @@ enum Commands {
     /// Inspect and act on tasks.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
+    /// List, pause, resume and limit queues.
+    #[command(subcommand)]
+    Queues(queues::QueuesCommand),
     /// Counts by status and command type.
     Stats,
     /// Apply pending schema migrations.
@@ -152,6 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match other {
                 Commands::Enqueue(args) => tasks::enqueue(&client, args).await,
                 Commands::Tasks(command) => tasks::run(&client, command).await,
+                Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::Stats => tasks::stats(&client).await,
                 Commands::Migrate => {
                     println!("schema of {database_url} is up to date");

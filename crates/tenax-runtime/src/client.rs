@@ -9,8 +9,8 @@ use tenax_core::{
     AttemptRecord, Command, InvalidInput, Priority, QueueName, TaskId, TaskNo, TaskRecord,
 };
 use tenax_storage::{
-    RunAt, Stats, Storage, TaskActionParams, TaskInsertParams, TaskInserted, TaskListParams,
-    TaskRef,
+    QueueChange, QueueInfo, QueueUpdateParams, RunAt, Stats, Storage, TaskActionParams,
+    TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
 };
 
 use crate::error::Error;
@@ -256,5 +256,47 @@ impl<'a> IntoFuture for Enqueue<'a> {
             let params = self.params?;
             Ok(self.client.storage.task_insert(&params).await?)
         })
+    }
+}
+
+/// Queue controls: pause, resume and per-queue limits on running tasks, honoured by
+/// every node's claims.
+impl Client {
+    /// Every queue with waiting or running tasks or with controls, by name.
+    pub async fn queues(&self) -> Result<Vec<QueueInfo>, Error> {
+        Ok(self.storage.queue_list().await?)
+    }
+
+    /// Stop claiming from a queue (its running tasks finish; its other tasks wait).
+    pub async fn pause_queue(&self, queue: &str) -> Result<QueueInfo, Error> {
+        self.queue_update(queue, QueueChange::Pause).await
+    }
+
+    /// Claim from a paused queue again.
+    pub async fn resume_queue(&self, queue: &str) -> Result<QueueInfo, Error> {
+        self.queue_update(queue, QueueChange::Resume).await
+    }
+
+    /// At most `max_running` tasks of the queue run at once across all nodes (at least
+    /// 1); `None` removes the limit. A lower limit than what runs now lets the running
+    /// tasks finish and stops claims until the queue is under it.
+    pub async fn set_queue_limit(
+        &self,
+        queue: &str,
+        max_running: Option<u32>,
+    ) -> Result<QueueInfo, Error> {
+        self.queue_update(queue, QueueChange::MaxRunning(max_running))
+            .await
+    }
+
+    async fn queue_update(&self, queue: &str, change: QueueChange) -> Result<QueueInfo, Error> {
+        Ok(self
+            .storage
+            .queue_update(&QueueUpdateParams {
+                queue: queue.to_owned(),
+                change,
+                now: None,
+            })
+            .await?)
     }
 }
