@@ -17,7 +17,7 @@ use tenax_core::TaskRecord;
 
 use super::rows::{task_from_row, TASK_COLUMNS};
 use super::{map_err, PgStorage, NOW};
-use crate::common::{duration_ms, room};
+use crate::common::{duration_ms, room, sort_in_claim_order};
 use crate::error::Result;
 use crate::params::TaskClaimParams;
 use crate::ATTEMPT_HISTORY_LEN;
@@ -197,6 +197,7 @@ impl PgStorage {
             return Ok(tasks);
         }
         tasks.extend(self.claim_limited(params, &untried, left).await?);
+        sort_in_claim_order(&mut tasks);
         Ok(tasks)
     }
 
