@@ -366,6 +366,12 @@ pub struct TaskRecord {
     pub started_at: Option<DateTime<Utc>>,
     /// When it reached a finished status.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The business key this task shares a concurrency limit with, if any.
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
+    /// With a key: at most this many tasks of the key run at once (this one included).
+    #[serde(default = "first_payload_version")]
+    pub concurrency_limit: u32,
 }
 
 fn first_payload_version() -> u32 {

@@ -90,6 +90,8 @@ impl Client {
                 timeout: C::TIMEOUT,
                 run_at: RunAt::Now,
                 now: None,
+                concurrency_key: None,
+                concurrency_limit: 1,
             }),
         }
     }
@@ -111,6 +113,8 @@ impl Client {
                 timeout: Duration::from_secs(300),
                 run_at: RunAt::Now,
                 now: None,
+                concurrency_key: None,
+                concurrency_limit: 1,
             }),
         }
     }

@@ -35,7 +35,7 @@ pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use common::{MAX_DELAY, PAYLOAD_MAX_BYTES};
+pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
 pub use error::{Result, StorageError};
 pub use params::*;
 

@@ -64,6 +64,12 @@ pub struct TaskInsertParams {
     pub run_at: RunAt,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+    /// Business key: at most `concurrency_limit` tasks with this key run at once, across
+    /// all nodes (at most [`CONCURRENCY_KEY_MAX_BYTES`](crate::CONCURRENCY_KEY_MAX_BYTES)).
+    pub concurrency_key: Option<String>,
+    /// The key's limit, 1..=[`CONCURRENCY_LIMIT_MAX`](crate::CONCURRENCY_LIMIT_MAX)
+    /// (ignored without a key; 1 is the usual value).
+    pub concurrency_limit: u32,
 }
 
 /// What [`Storage::task_insert`](crate::Storage::task_insert) did.

@@ -47,6 +47,7 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod keys;
 mod queues;
 mod rows;
 
@@ -567,8 +568,9 @@ impl MySqlStorage {
         };
         let inserted = sqlx::query(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
-                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at)
-             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
+                 concurrency_key, concurrency_limit)
+             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(params.task_no.as_str())
         .bind(&params.command_type)
@@ -581,6 +583,8 @@ impl MySqlStorage {
         .bind(duration_ms(params.timeout))
         .bind(now)
         .bind(now)
+        .bind(params.concurrency_key.as_deref())
+        .bind(i64::from(params.concurrency_limit))
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -644,6 +648,20 @@ impl MySqlStorage {
             tx.rollback().await.map_err(map_err)?;
             return Ok(Vec::new());
         }
+        // Tasks with a concurrency key first, each key capped by its free slots (see
+        // keys.rs); what they take comes off the queues' caps and the batch.
+        let keyed = keys::pick(&mut tx, params, now, &caps, limit).await?;
+        for (_, queue) in &keyed {
+            if let Some(cap) = caps.get_mut(queue.as_str()) {
+                *cap -= 1;
+            }
+        }
+        caps.retain(|_, cap| *cap > 0);
+        let limit = limit - i64::try_from(keyed.len()).unwrap_or(limit);
+        let mut ids: Vec<i64> = keyed.iter().map(|(id, _)| *id).collect();
+        if caps.is_empty() || limit <= 0 {
+            return self.claim_ids(tx, params, now, ids).await;
+        }
         let mut qb = QueryBuilder::new("");
         for (n, ((queue, cap), status)) in caps
             .iter()
@@ -655,7 +673,8 @@ impl MySqlStorage {
             }
             // `status` is one of the CLAIMABLE constants, not input.
             qb.push(format!(
-                "(SELECT id, claim_key, queue FROM tenax_tasks WHERE status = '{status}' AND queue = "
+                "(SELECT id, claim_key, queue FROM tenax_tasks
+                  WHERE status = '{status}' AND concurrency_key IS NULL AND queue = "
             ));
             qb.push_bind(*queue);
             // A due task's key is at most now: the walk of tenax_tasks_claim_key stops there.
@@ -688,7 +707,6 @@ impl MySqlStorage {
         // A queue's two branches (pending, retrying) may together pass its cap: keep the
         // first `cap` of each queue in claim order.
         let mut taken: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-        let mut ids = Vec::new();
         for row in qb.build().fetch_all(&mut *tx).await.map_err(map_err)? {
             let queue: Vec<u8> = row.try_get("queue").map_err(map_err)?;
             let cap = std::str::from_utf8(&queue)
@@ -702,6 +720,17 @@ impl MySqlStorage {
                 ids.push(row.try_get::<i64, _>("id").map_err(map_err)?);
             }
         }
+        self.claim_ids(tx, params, now, ids).await
+    }
+
+    /// Claim the locked tasks `ids`, write their attempt history, and commit.
+    async fn claim_ids(
+        &self,
+        mut tx: Transaction<'static, MySql>,
+        params: &TaskClaimParams,
+        now: DbTime,
+        ids: Vec<i64>,
+    ) -> Result<Vec<TaskRecord>> {
         if ids.is_empty() {
             tx.rollback().await.map_err(map_err)?;
             return Ok(Vec::new());

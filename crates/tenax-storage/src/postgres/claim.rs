@@ -30,6 +30,13 @@ pub(super) fn claim_sql() -> String {
         "WITH limited AS (
                      SELECT array_agg(name ORDER BY name) AS names FROM tenax_queues
                      WHERE NOT $10 AND name = ANY($2) AND NOT paused AND max_running IS NOT NULL
+                 ), keyed AS (
+                     SELECT NOT $10 AND EXISTS (
+                         SELECT 1 FROM tenax_tasks
+                         WHERE queue = ANY($2) AND status IN ('pending', 'retrying')
+                           AND concurrency_key IS NOT NULL
+                           AND tenax_claim_key(run_at, priority) <= {NOW} AND run_at <= {NOW}
+                     ) AS due
                  ), due AS (
                      SELECT c.id FROM (
                          SELECT u.queue, u.cap FROM unnest($2::text[], $9::int8[]) AS u(queue, cap)
@@ -40,6 +47,7 @@ pub(super) fn claim_sql() -> String {
                      CROSS JOIN LATERAL (
                          SELECT id, tenax_claim_key(run_at, priority) AS claim_key FROM tenax_tasks
                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                           AND concurrency_key IS NULL
                            AND tenax_claim_key(run_at, priority) <= {NOW}
                            AND run_at <= {NOW} AND command_type = ANY($3)
                            AND payload_version <= ($8::int4[])[array_position($3, command_type)]
@@ -64,8 +72,8 @@ pub(super) fn claim_sql() -> String {
                      DELETE FROM tenax_attempts a USING claimed c
                      WHERE a.task_id = c.id AND a.epoch <= c.lease_epoch - $7
                  )
-                 SELECT {TASK_COLUMNS}, l.names AS limited_queues
-                 FROM limited l LEFT JOIN claimed ON true
+                 SELECT {TASK_COLUMNS}, l.names AS limited_queues, k.due AS keyed_due
+                 FROM limited l CROSS JOIN keyed k LEFT JOIN claimed ON true
                  ORDER BY tenax_claim_key(run_at, priority), id"
     )
 }
@@ -122,11 +130,17 @@ impl<'a> Claim<'a> {
     }
 }
 
-/// The claimed tasks of a claim statement's answer, and the limited queues it reports.
-fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<TaskRecord>, Vec<String>)> {
+/// The claimed tasks of a claim statement's answer, the limited queues it reports, and
+/// whether a keyed task is due.
+fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<TaskRecord>, Vec<String>, bool)> {
     let mut tasks = Vec::with_capacity(rows.len());
     let mut limited = Vec::new();
+    let mut keyed = false;
     for row in rows {
+        keyed |= row
+            .try_get::<Option<bool>, _>("keyed_due")
+            .map_err(map_err)?
+            .unwrap_or(false);
         if limited.is_empty() {
             if let Some(names) = row
                 .try_get::<Option<Vec<String>>, _>("limited_queues")
@@ -143,13 +157,27 @@ fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<TaskRecord>, Vec<S
             tasks.push(task_from_row(row)?);
         }
     }
-    Ok((tasks, limited))
+    Ok((tasks, limited, keyed))
 }
 
 impl PgStorage {
     pub(super) async fn claim(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        // Limited queues seen by earlier claims go first (capped by their room), so a
-        // full batch from unlimited queues cannot starve them; a stale hint costs one
+        use std::sync::atomic::Ordering;
+        let left = |tasks: &Vec<TaskRecord>| {
+            params
+                .limit
+                .saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX))
+        };
+        // Keyed tasks seen by the last claim go first (each key capped by its free
+        // slots), so a full batch of unkeyed tasks cannot starve them.
+        let keyed_first = self.keyed_hint.load(Ordering::Relaxed);
+        let mut tasks = if keyed_first {
+            self.claim_keyed(params, params.limit).await?
+        } else {
+            Vec::new()
+        };
+        // Limited queues seen by earlier claims go first too (capped by their room), so
+        // a full batch from unlimited queues cannot starve them; a stale hint costs one
         // short transaction.
         let hinted: Vec<String> = self.hint(|hint| {
             params
@@ -159,44 +187,43 @@ impl PgStorage {
                 .cloned()
                 .collect()
         });
-        let mut tasks = if hinted.is_empty() {
-            Vec::new()
-        } else {
-            self.claim_limited(params, &hinted, params.limit).await?
-        };
-        let left = params
-            .limit
-            .saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
-        if left == 0 {
+        if !hinted.is_empty() && left(&tasks) > 0 {
+            let more = self.claim_limited(params, &hinted, left(&tasks)).await?;
+            tasks.extend(more);
+        }
+        if left(&tasks) == 0 {
+            sort_in_claim_order(&mut tasks);
             return Ok(tasks);
         }
         let sql = claim_sql();
         let mut fast = Claim::fast(params);
-        fast.limit = left;
+        fast.limit = left(&tasks);
         let rows = fast
             .bind(sqlx::query(&sql))
             .fetch_all(self.pool())
             .await
             .map_err(map_err)?;
-        let (fast_tasks, limited) = read_answer(&rows)?;
+        let (fast_tasks, limited, keyed) = read_answer(&rows)?;
         tasks.extend(fast_tasks);
+        self.keyed_hint.store(keyed, Ordering::Relaxed);
         self.hint(|hint| {
             for queue in &params.queues {
                 hint.remove(queue);
             }
             hint.extend(limited.iter().cloned());
         });
-        let left = params
-            .limit
-            .saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
         let untried: Vec<String> = limited
             .into_iter()
             .filter(|q| !hinted.contains(q))
             .collect();
-        if untried.is_empty() || left == 0 {
-            return Ok(tasks);
+        if !untried.is_empty() && left(&tasks) > 0 {
+            let more = self.claim_limited(params, &untried, left(&tasks)).await?;
+            tasks.extend(more);
         }
-        tasks.extend(self.claim_limited(params, &untried, left).await?);
+        if keyed && !keyed_first && left(&tasks) > 0 {
+            let more = self.claim_keyed(params, left(&tasks)).await?;
+            tasks.extend(more);
+        }
         sort_in_claim_order(&mut tasks);
         Ok(tasks)
     }

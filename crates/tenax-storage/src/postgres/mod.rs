@@ -41,6 +41,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver};
 
 mod claim;
+mod keys;
 mod queues;
 mod rows;
 
@@ -95,6 +96,8 @@ pub struct PgStorage {
     /// Queues the last claims found limited (see `claim.rs`): a claim naming one takes
     /// the limited path first, so a busy unlimited queue cannot starve it.
     limited_hint: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Whether the last fast claim saw a due task with a concurrency key.
+    keyed_hint: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for PgStorage {
@@ -177,6 +180,7 @@ impl PgStorage {
             call_timeout: config.call_timeout,
             listener: None,
             limited_hint: std::sync::Mutex::default(),
+            keyed_hint: std::sync::atomic::AtomicBool::new(false),
         };
         if config.listen {
             storage.listener = Some(tokio::spawn(listen(
@@ -463,10 +467,11 @@ impl Storage for PgStorage {
             let mut tx = self.begin().await?;
             let inserted = sqlx::query(&format!(
                 "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version)
+                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version,
+                     concurrency_key, concurrency_limit)
                  VALUES ($2, 'execute', $3, $4, $5, $6, 'pending', $7,
                          COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW},
-                         $11)
+                         $11, $12, $13)
                  ON CONFLICT (task_no) DO NOTHING
                  RETURNING {TASK_COLUMNS}, (run_at <= {NOW}) AS due"
             ))
@@ -481,6 +486,8 @@ impl Storage for PgStorage {
             .bind(delay_ms as f64)
             .bind(duration_ms(params.timeout))
             .bind(i32::try_from(params.payload_version).unwrap_or(i32::MAX))
+            .bind(params.concurrency_key.as_deref())
+            .bind(i32::try_from(params.concurrency_limit).unwrap_or(i32::MAX))
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;

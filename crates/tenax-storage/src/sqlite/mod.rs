@@ -354,8 +354,9 @@ impl Storage for SqliteStorage {
         };
         let inserted = sqlx::query(&format!(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
-                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at)
-             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
+                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
+                 concurrency_key, concurrency_limit)
+             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (task_no) DO NOTHING
              RETURNING {TASK_COLUMNS}"
         ))
@@ -370,6 +371,8 @@ impl Storage for SqliteStorage {
         .bind(duration_ms(params.timeout))
         .bind(now)
         .bind(now)
+        .bind(params.concurrency_key.as_deref())
+        .bind(i64::from(params.concurrency_limit))
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -438,7 +441,10 @@ impl Storage for SqliteStorage {
                  started_at = COALESCE(started_at, ?2), updated_at = ?2
              WHERE id IN ";
         let controls = queues::controls(&mut tx, &params.queues).await?;
-        let rows = if controls.is_empty() {
+        // Tasks with a concurrency key take the restricted path (their keys are
+        // counted); without any due, the claim is the one statement below.
+        let fast = controls.is_empty() && !queues::keyed_due(&mut tx, params, now).await?;
+        let rows = if fast {
             // The fast path: no queue of the claim is paused or limited. ?5 is a JSON
             // list of [type, highest payload version the worker decodes]. The order is
             // the aging key of tenax_tasks_claim_key, written as in the index so the

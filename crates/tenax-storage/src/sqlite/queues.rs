@@ -8,7 +8,9 @@ use sqlx::{Row, Sqlite, Transaction};
 
 use super::rows::ms;
 use super::{clock, map_err, SqliteStorage, STEP_MS};
-use crate::common::{json_list, room, validate_queue_update, QueueControls};
+use crate::common::{
+    json_list, pick_keyed, room, validate_queue_update, KeyedCandidate, QueueControls,
+};
 use crate::error::{Result, StorageError};
 use crate::params::{QueueChange, QueueInfo, QueueUpdateParams, TaskClaimParams};
 
@@ -67,9 +69,55 @@ async fn running(
         .collect()
 }
 
+/// Whether the claim's queues hold a due task with a concurrency key (a walk of the
+/// keyed tasks' partial index, empty when keys are not used).
+pub(super) async fn keyed_due(
+    tx: &mut Transaction<'static, Sqlite>,
+    params: &TaskClaimParams,
+    now: i64,
+) -> Result<bool> {
+    sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM tenax_tasks
+             WHERE status IN ('pending', 'retrying') AND concurrency_key IS NOT NULL
+               AND queue IN (SELECT value FROM json_each(?2))
+               AND run_at - priority * {STEP_MS} <= ?1 AND run_at <= ?1)"
+    ))
+    .bind(now)
+    .bind(json_list(&params.queues))
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(map_err)
+}
+
+/// Running tasks per concurrency key, for the given keys.
+async fn running_keys(
+    tx: &mut Transaction<'static, Sqlite>,
+    keys: &[&str],
+) -> Result<BTreeMap<String, i64>> {
+    let rows = sqlx::query(
+        "SELECT concurrency_key AS k, COUNT(*) AS n FROM tenax_tasks
+         WHERE status = 'running' AND concurrency_key IN (SELECT value FROM json_each(?1))
+         GROUP BY concurrency_key",
+    )
+    .bind(json_list(keys))
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>("k").map_err(map_err)?,
+                row.try_get::<i64, _>("n").map_err(map_err)?,
+            ))
+        })
+        .collect()
+}
+
 /// The ids a restricted claim takes: the best candidates (claim order) of the unlimited
 /// queues and of each limited queue up to its room, the best `limit` of all of them.
-/// Paused queues contribute nothing.
+/// Paused queues contribute nothing. A keyed task is taken only while its key has a
+/// free slot; keys already full are left out of the walk, so the tasks behind them
+/// are not blocked.
 pub(super) async fn pick(
     tx: &mut Transaction<'static, Sqlite>,
     params: &TaskClaimParams,
@@ -94,11 +142,17 @@ pub(super) async fn pick(
             groups.push((vec![queue.as_str()], room.min(params.limit)));
         }
     }
-    let mut candidates: Vec<(i64, i64)> = Vec::new();
+    let mut candidates: Vec<(i64, i64, Option<String>, u32)> = Vec::new();
     for (queues, cap) in groups {
         let rows = sqlx::query(&format!(
-            "SELECT id, run_at - priority * {STEP_MS} AS claim_key FROM tenax_tasks
+            "SELECT id, run_at - priority * {STEP_MS} AS claim_key, concurrency_key,
+                    concurrency_limit
+             FROM tenax_tasks t
              WHERE status IN ('pending', 'retrying') AND run_at <= ?1
+               AND (concurrency_key IS NULL
+                    OR concurrency_limit > (SELECT COUNT(*) FROM tenax_tasks r
+                                            WHERE r.status = 'running'
+                                              AND r.concurrency_key = t.concurrency_key))
                AND run_at - priority * {STEP_MS} <= ?1
                AND queue IN (SELECT value FROM json_each(?2))
                AND EXISTS (SELECT 1 FROM json_each(?3) AS offer
@@ -118,12 +172,34 @@ pub(super) async fn pick(
             candidates.push((
                 row.try_get("claim_key").map_err(map_err)?,
                 row.try_get("id").map_err(map_err)?,
+                row.try_get("concurrency_key").map_err(map_err)?,
+                u32::try_from(
+                    row.try_get::<i64, _>("concurrency_limit")
+                        .map_err(map_err)?,
+                )
+                .unwrap_or(1),
             ));
         }
     }
     candidates.sort_unstable();
-    candidates.truncate(usize::try_from(params.limit).unwrap_or(usize::MAX));
-    Ok(candidates.into_iter().map(|(_, id)| id).collect())
+    let keys: Vec<&str> = candidates
+        .iter()
+        .filter_map(|(_, _, key, _)| key.as_deref())
+        .collect();
+    let running = if keys.is_empty() {
+        BTreeMap::new()
+    } else {
+        running_keys(tx, &keys).await?
+    };
+    let candidates: Vec<KeyedCandidate> = candidates
+        .into_iter()
+        .map(|(_, id, key, max)| (id, key, max))
+        .collect();
+    Ok(pick_keyed(
+        &candidates,
+        &running,
+        usize::try_from(params.limit).unwrap_or(usize::MAX),
+    ))
 }
 
 impl SqliteStorage {

@@ -10,6 +10,7 @@ use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
 pub use super::claims::*;
+pub use super::keys::*;
 pub use super::queues::*;
 use super::{claim_params, Harness, TaskOpts};
 use crate::{

@@ -18,6 +18,7 @@ use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 mod claims;
 pub mod conformance;
 mod faults;
+mod keys;
 mod queues;
 
 pub use faults::{FaultyStorage, StorageMethod};
@@ -164,6 +165,8 @@ pub struct TaskOpts {
     pub max_attempts: u32,
     pub run_at: RunAt,
     pub now: Option<DateTime<Utc>>,
+    pub concurrency_key: Option<String>,
+    pub concurrency_limit: u32,
 }
 
 impl TaskOpts {
@@ -186,6 +189,8 @@ impl TaskOpts {
             timeout: Duration::from_secs(60),
             run_at: self.run_at,
             now: self.now,
+            concurrency_key: self.concurrency_key.clone(),
+            concurrency_limit: self.concurrency_limit,
         }
     }
 }
@@ -202,6 +207,8 @@ impl Default for TaskOpts {
             max_attempts: 5,
             run_at: RunAt::Now,
             now: None,
+            concurrency_key: None,
+            concurrency_limit: 1,
         }
     }
 }
@@ -251,6 +258,11 @@ macro_rules! conformance_tests {
                 invalid_queue_changes_are_refused_and_change_nothing,
                 a_queue_limit_caps_its_running_tasks_without_blocking_others,
                 concurrent_claimers_never_exceed_a_queue_limit,
+                a_key_runs_at_most_its_limit_at_once,
+                a_full_key_does_not_block_the_tasks_behind_it,
+                a_keyed_task_in_a_limited_queue_honours_both_limits,
+                invalid_concurrency_keys_are_refused_and_change_nothing,
+                concurrent_claimers_never_exceed_a_key_limit,
             );
         }
     };
