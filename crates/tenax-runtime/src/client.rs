@@ -234,6 +234,26 @@ impl Enqueue<'_> {
         })
     }
 
+    /// A business key: at most [`concurrency_limit`](Enqueue::concurrency_limit) tasks
+    /// with this key (1 by default) run at once, across all nodes; the others wait,
+    /// without blocking tasks of other keys. At most 160 bytes, no control characters.
+    pub fn concurrency_key(self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.map(|p| {
+            p.concurrency_key = Some(key);
+            Ok(())
+        })
+    }
+
+    /// How many tasks of this task's [`concurrency_key`](Enqueue::concurrency_key) may
+    /// run at once, 1..=1000 (default 1). Checked when the task is stored.
+    pub fn concurrency_limit(self, limit: u32) -> Self {
+        self.map(|p| {
+            p.concurrency_limit = limit;
+            Ok(())
+        })
+    }
+
     /// Run no sooner than `delay` from now (database clock).
     pub fn run_in(self, delay: Duration) -> Self {
         self.map(|p| {
