@@ -61,6 +61,10 @@ async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() 
         plan.contains("Index Scan using tenax_queues_pkey"),
         "{plan}"
     );
+    // Keyed tasks are left to their own claim; whether one is due is a probe of their
+    // partial index (empty unless keys are used), never a scan of the table.
+    assert!(plan.contains("tenax_tasks_keyed_claim"), "{plan}");
+    assert!(!plan.contains("Seq Scan on tenax_tasks"), "{plan}");
     // The only sort allowed is of the few candidates, above the per-queue scans.
     let lock_rows = plan.find("LockRows").unwrap();
     assert!(
