@@ -72,9 +72,12 @@ pub(super) async fn pick(
         if n > 0 {
             qb.push(" UNION ALL ");
         }
-        // `status` is one of the CLAIMABLE constants, not input.
+        // `status` is one of the CLAIMABLE constants, not input. The keyed index is
+        // forced: on a small table the optimizer prefers the claim index and would walk
+        // past every unkeyed task; this one holds keyed tasks only, in claim order.
         qb.push(format!(
-            "(SELECT id, claim_key, queue, concurrency_key, concurrency_limit FROM tenax_tasks
+            "(SELECT id, claim_key, queue, concurrency_key, concurrency_limit
+              FROM tenax_tasks FORCE INDEX (tenax_tasks_keyed_claim)
               WHERE status = '{status}' AND has_key = 1 AND queue = "
         ));
         qb.push_bind(*queue);
