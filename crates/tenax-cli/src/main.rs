@@ -14,6 +14,7 @@ mod bench;
 mod bench_delayed;
 mod config;
 mod demo;
+mod queues;
 mod reference;
 mod schedules;
 mod tasks;
@@ -53,6 +54,9 @@ enum Commands {
     /// Periodic tasks: cron expressions and fixed intervals.
     #[command(subcommand)]
     Schedules(schedules::SchedulesCommand),
+    /// List, pause, resume and limit queues.
+    #[command(subcommand)]
+    Queues(queues::QueuesCommand),
     /// Counts by status and command type.
     Stats,
     /// Apply pending schema migrations.
@@ -158,6 +162,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Enqueue(args) => tasks::enqueue(&client, args).await,
                 Commands::Tasks(command) => tasks::run(&client, command).await,
                 Commands::Schedules(command) => schedules::run(&client, command).await,
+                Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::Stats => tasks::stats(&client).await,
                 Commands::Migrate => {
                     println!("schema of {database_url} is up to date");

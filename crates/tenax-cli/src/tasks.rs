@@ -37,6 +37,17 @@ pub(crate) struct EnqueueArgs {
     /// The payload's shape version (the command's VERSION it was written for).
     #[arg(long, default_value_t = 1)]
     payload_version: u32,
+    /// Business key: at most --concurrency-limit tasks with this key run at once.
+    #[arg(long, value_name = "KEY")]
+    concurrency_key: Option<String>,
+    /// How many tasks of the key may run at once (1-1000).
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "concurrency_key",
+        default_value_t = 1
+    )]
+    concurrency_limit: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -88,6 +99,11 @@ pub(crate) async fn enqueue(client: &Client, args: EnqueueArgs) -> anyhow::Resul
     }
     if let Some(delay) = args.run_in {
         enqueue = enqueue.run_in(delay);
+    }
+    if let Some(key) = args.concurrency_key {
+        enqueue = enqueue
+            .concurrency_key(key)
+            .concurrency_limit(args.concurrency_limit);
     }
     let inserted = enqueue.await?;
     let verb = if inserted.created {
@@ -229,6 +245,13 @@ fn describe(task: &TaskRecord) -> Table {
         ),
         ("payload", task.payload.clone()),
         ("payload version", task.payload_version.to_string()),
+        (
+            "concurrency key",
+            task.concurrency_key
+                .as_ref()
+                .map(|k| format!("{k} (at most {} at once)", task.concurrency_limit))
+                .unwrap_or_default(),
+        ),
         ("result", task.result.clone().unwrap_or_default()),
         ("last error", task.last_error.clone().unwrap_or_default()),
         (

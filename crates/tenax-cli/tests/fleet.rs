@@ -189,6 +189,73 @@ async fn a_mixed_fleet_runs_each_type_only_where_it_is_known(backend: &str) {
         .all(|t| t.status == TaskStatus::Succeeded && t.attempt == 1));
 }
 
+async fn four_workers_never_run_two_tasks_of_one_key_at_once(backend: &str) {
+    let Some(url) = fresh_database(backend).await else {
+        return;
+    };
+    const N: usize = 1_000;
+    const KEYS: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&ledger_path).await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    let mut joins = Vec::new();
+    for part in 0..8 {
+        let client = client.clone();
+        joins.push(tokio::spawn(async move {
+            for i in (part..N).step_by(8) {
+                client
+                    .enqueue_raw(
+                        "BANK_OPEN_ACCOUNT",
+                        &serde_json::json!({"customer": format!("c{i}"), "id_card": "12345678901234567"}),
+                    )
+                    .task_no(format!("K-{i:05}"))
+                    .concurrency_key(format!("customer-{}", i % KEYS))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for join in joins {
+        join.await.unwrap();
+    }
+    let workers: Vec<Child> = (0..4)
+        .map(|_| spawn_worker(&url, &ledger_path, "BANK_OPEN_ACCOUNT"))
+        .collect();
+    let took = wait_succeeded(&client, N as u64, Duration::from_secs(240)).await;
+    stop(workers);
+    let report = ledger.check().await.unwrap();
+    eprintln!(
+        "{backend}: 4 worker processes ran {N} tasks over {KEYS} keys in {:.1} s; \
+         most running at once per key: {}",
+        took.as_secs_f64(),
+        report.key_peak()
+    );
+    assert!(report.is_clean(), "{:#?}", report.overlaps.first());
+    assert_eq!(report.executions, N, "every task ran exactly once");
+    assert_eq!(report.key_peaks.len(), KEYS, "every key ran");
+    assert_eq!(report.key_peak(), 1, "two tasks of one key overlapped");
+    assert_eq!(report.live_key_overlaps, 0, "a start found its key running");
+    let pids: std::collections::HashSet<u32> = ledger
+        .executions()
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.pid)
+        .collect();
+    assert!(pids.len() >= 2, "the processes shared the keys: {pids:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keys_never_overlap_across_processes() {
+    four_workers_never_run_two_tasks_of_one_key_at_once("postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_keys_never_overlap_across_processes() {
+    four_workers_never_run_two_tasks_of_one_key_at_once("mysql").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_four_workers_process_ten_thousand_tasks() {
     four_workers_process_ten_thousand_tasks("postgres").await;

@@ -168,6 +168,7 @@ pub struct TaskContext {
     idempotency_key: String,
     cause: Option<String>,
     cancellation: CancellationToken,
+    concurrency_key: Option<String>,
 }
 
 impl TaskContext {
@@ -194,7 +195,19 @@ impl TaskContext {
             idempotency_key,
             cause,
             cancellation,
+            concurrency_key: None,
         }
+    }
+
+    /// The same context, for a task with this business concurrency key.
+    pub fn with_concurrency_key(mut self, key: Option<String>) -> Self {
+        self.concurrency_key = key;
+        self
+    }
+
+    /// The task's business concurrency key, if it has one.
+    pub fn concurrency_key(&self) -> Option<&str> {
+        self.concurrency_key.as_deref()
     }
 
     /// The task's database id.

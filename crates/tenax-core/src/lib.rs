@@ -31,5 +31,5 @@ pub use schedule::{Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use state::{TaskStatus, Transition};
 pub use task::{
     validate_command_type, AttemptOutcome, AttemptRecord, CompensationState, InvalidInput,
-    Priority, QueueName, TaskId, TaskKind, TaskNo, TaskRecord,
+    Priority, QueueName, TaskId, TaskKind, TaskNo, TaskRecord, PRIORITY_AGING_STEP,
 };

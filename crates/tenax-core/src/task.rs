@@ -1,5 +1,6 @@
 //! The task record and the validated values it is made of.
 use std::fmt;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -176,7 +177,20 @@ pub fn validate_command_type(value: &str) -> Result<(), InvalidInput> {
     check_name("command type", value, 100)
 }
 
-/// Task priority, 0 to 9; 9 is the most urgent. Defaults to 5.
+/// How much earlier one priority step makes a task's turn: the claim orders due tasks
+/// by `run_at − priority × PRIORITY_AGING_STEP` (then id), so priority 9 is served as if
+/// it had been due 9 minutes earlier than priority 0.
+///
+/// This is also the aging rule: a task with priority `p` due at `r` is overtaken only by
+/// tasks whose key is smaller, that is tasks due before `r + (9 − p) × STEP` even at
+/// priority 9. So however many urgent tasks keep arriving, a task starts at most
+/// `(9 − p) × STEP` (at most 9 × STEP, 9 minutes) after it is due, plus the time the
+/// workers need to drain the tasks already ahead of it. The backends write this value
+/// into their claim index (`migrations/*/0003_claim_controls.sql`).
+pub const PRIORITY_AGING_STEP: Duration = Duration::from_secs(60);
+
+/// Task priority, 0 to 9; 9 is the most urgent. Defaults to 5. Priority ages: see
+/// [`PRIORITY_AGING_STEP`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "u8", into = "u8")]
 pub struct Priority(u8);
@@ -203,6 +217,13 @@ impl Priority {
     /// The number, 0 to 9.
     pub const fn get(self) -> u8 {
         self.0
+    }
+
+    /// How long a task of this priority can wait behind more urgent tasks that become
+    /// due after it: `(9 − priority) × PRIORITY_AGING_STEP` (plus the time to drain the
+    /// tasks already ahead of it).
+    pub const fn aging_bound(self) -> Duration {
+        Duration::from_secs((Self::MAX.0 - self.0) as u64 * PRIORITY_AGING_STEP.as_secs())
     }
 }
 
@@ -345,6 +366,12 @@ pub struct TaskRecord {
     pub started_at: Option<DateTime<Utc>>,
     /// When it reached a finished status.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The business key this task shares a concurrency limit with, if any.
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
+    /// With a key: at most this many tasks of the key run at once (this one included).
+    #[serde(default = "first_payload_version")]
+    pub concurrency_limit: u32,
 }
 
 fn first_payload_version() -> u32 {

@@ -34,6 +34,8 @@ pub struct Execution {
     pub end_us: Option<i64>,
     /// `succeeded`, `failed`, `fenced`, `killed`, or `None` while open.
     pub outcome: Option<String>,
+    /// The task's business concurrency key, if it has one.
+    pub key: Option<String>,
 }
 
 /// What [`Ledger::check`] found.
@@ -49,12 +51,21 @@ pub struct LedgerReport {
     pub live_violations: usize,
     /// Executions neither ended nor killed.
     pub open: Vec<Execution>,
+    /// Per concurrency key, the most executions of the key that overlapped at one instant.
+    pub key_peaks: BTreeMap<String, usize>,
+    /// Starts of a keyed task that found another live execution of the same key.
+    pub live_key_overlaps: usize,
 }
 
 impl LedgerReport {
     /// No overlap and no live violation.
     pub fn is_clean(&self) -> bool {
         self.overlaps.is_empty() && self.live_violations == 0
+    }
+
+    /// The most executions of one key that ran at once (0 without keyed executions).
+    pub fn key_peak(&self) -> usize {
+        self.key_peaks.values().copied().max().unwrap_or(0)
     }
 }
 
@@ -94,9 +105,22 @@ impl Ledger {
             "CREATE INDEX IF NOT EXISTS exec_task ON exec (task_no)",
             "CREATE TABLE IF NOT EXISTS kill (pid INTEGER PRIMARY KEY, at_us INTEGER NOT NULL)",
             "CREATE TABLE IF NOT EXISTS violation (exec_id INTEGER NOT NULL, other_id INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS key_overlap (exec_id INTEGER NOT NULL, other_id INTEGER NOT NULL)",
         ] {
             sqlx::query(statement).execute(&pool).await?;
         }
+        // Ledgers written before keys were recorded have no key column.
+        let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_info('exec')")
+            .fetch_all(&pool)
+            .await?;
+        if !columns.iter().any(|c| c == "concurrency_key") {
+            sqlx::query("ALTER TABLE exec ADD COLUMN concurrency_key TEXT")
+                .execute(&pool)
+                .await?;
+        }
+        sqlx::query("CREATE INDEX IF NOT EXISTS exec_key ON exec (concurrency_key, end_us)")
+            .execute(&pool)
+            .await?;
         Ok(Self { pool })
     }
 
@@ -105,7 +129,8 @@ impl Ledger {
     pub async fn record_start(&self, task: &TaskContext) -> Result<i64, LedgerError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO exec (task_no, attempt, epoch, kind, pid, start_us) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO exec (task_no, attempt, epoch, kind, pid, start_us, concurrency_key)
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(task.task_no().as_str())
         .bind(i64::from(task.attempt()))
@@ -113,6 +138,7 @@ impl Ledger {
         .bind(task.kind().as_str())
         .bind(i64::from(std::process::id()))
         .bind(now_us())
+        .bind(task.concurrency_key())
         .fetch_one(&mut *tx)
         .await?;
         sqlx::query(
@@ -124,6 +150,18 @@ impl Ledger {
         .bind(task.task_no().as_str())
         .execute(&mut *tx)
         .await?;
+        if let Some(key) = task.concurrency_key() {
+            sqlx::query(
+                "INSERT INTO key_overlap (exec_id, other_id)
+                 SELECT ?1, id FROM exec
+                 WHERE concurrency_key = ?2 AND id != ?1 AND end_us IS NULL
+                   AND pid NOT IN (SELECT pid FROM kill)",
+            )
+            .bind(id)
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(id)
     }
@@ -163,7 +201,8 @@ impl Ledger {
         let rows = sqlx::query(
             "SELECT e.id, e.task_no, e.attempt, e.epoch, e.kind, e.pid, e.start_us,
                     COALESCE(e.end_us, k.at_us) AS end_us,
-                    COALESCE(e.outcome, CASE WHEN k.at_us IS NOT NULL THEN 'killed' END) AS outcome
+                    COALESCE(e.outcome, CASE WHEN k.at_us IS NOT NULL THEN 'killed' END) AS outcome,
+                    e.concurrency_key
              FROM exec e LEFT JOIN kill k ON k.pid = e.pid ORDER BY e.start_us, e.id",
         )
         .fetch_all(&self.pool)
@@ -180,6 +219,7 @@ impl Ledger {
                     start_us: row.try_get("start_us")?,
                     end_us: row.try_get("end_us")?,
                     outcome: row.try_get("outcome")?,
+                    key: row.try_get("concurrency_key")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -196,10 +236,15 @@ impl Ledger {
         for e in &executions {
             by_task.entry(&e.task_no).or_default().push(e);
         }
+        let live_key_overlaps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM key_overlap")
+            .fetch_one(&self.pool)
+            .await?;
         let mut report = LedgerReport {
             executions: executions.len(),
             tasks: by_task.len(),
             live_violations: usize::try_from(live_violations).unwrap_or(usize::MAX),
+            live_key_overlaps: usize::try_from(live_key_overlaps).unwrap_or(usize::MAX),
+            key_peaks: key_peaks(&executions),
             ..Default::default()
         };
         for runs in by_task.values() {
@@ -219,6 +264,32 @@ impl Ledger {
             .collect();
         Ok(report)
     }
+}
+
+/// Per key, the most executions that were running at one instant (a sweep over the
+/// starts and ends; an execution still open counts until the end of time).
+fn key_peaks(executions: &[Execution]) -> BTreeMap<String, usize> {
+    let mut events: BTreeMap<&str, Vec<(i64, i32)>> = BTreeMap::new();
+    for e in executions {
+        if let Some(key) = &e.key {
+            let list = events.entry(key).or_default();
+            list.push((e.start_us, 1));
+            list.push((e.end_us.unwrap_or(i64::MAX), -1));
+        }
+    }
+    events
+        .into_iter()
+        .map(|(key, mut list)| {
+            // At one instant an end sorts before a start: touching intervals do not overlap.
+            list.sort_unstable();
+            let (mut now, mut peak) = (0i32, 0i32);
+            for (_, delta) in list {
+                now += delta;
+                peak = peak.max(now);
+            }
+            (key.to_owned(), usize::try_from(peak).unwrap_or(0))
+        })
+        .collect()
 }
 
 impl ExecutionHook for Ledger {
@@ -287,5 +358,27 @@ mod tests {
         let report = ledger.check().await.unwrap();
         assert!(report.open.is_empty());
         assert_eq!(report.tasks, 2);
+    }
+
+    #[tokio::test]
+    async fn overlapping_executions_of_one_key_are_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).await.unwrap();
+        let keyed = |no: &str| ctx(no, 1).with_concurrency_key(Some("k".into()));
+        // One after the other, and another key alongside: clean, peak 1.
+        ledger.record_start(&keyed("A")).await.unwrap();
+        ledger.record_start(&ctx("X", 1)).await.unwrap();
+        ledger
+            .record_end(&keyed("A"), ExecutionOutcome::Succeeded)
+            .await
+            .unwrap();
+        ledger.record_start(&keyed("B")).await.unwrap();
+        let report = ledger.check().await.unwrap();
+        assert_eq!((report.key_peak(), report.live_key_overlaps), (1, 0));
+        // A second task of the key while B runs: both checks see it.
+        ledger.record_start(&keyed("C")).await.unwrap();
+        let report = ledger.check().await.unwrap();
+        assert_eq!(report.key_peaks.get("k"), Some(&2));
+        assert_eq!(report.live_key_overlaps, 1);
     }
 }

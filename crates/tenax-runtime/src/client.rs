@@ -9,8 +9,8 @@ use tenax_core::{
     AttemptRecord, Command, InvalidInput, Priority, QueueName, TaskId, TaskNo, TaskRecord,
 };
 use tenax_storage::{
-    RunAt, Stats, Storage, TaskActionParams, TaskInsertParams, TaskInserted, TaskListParams,
-    TaskRef,
+    QueueChange, QueueInfo, QueueUpdateParams, RunAt, Stats, Storage, TaskActionParams,
+    TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
 };
 
 use crate::error::Error;
@@ -90,6 +90,8 @@ impl Client {
                 timeout: C::TIMEOUT,
                 run_at: RunAt::Now,
                 now: None,
+                concurrency_key: None,
+                concurrency_limit: 1,
             }),
         }
     }
@@ -111,6 +113,8 @@ impl Client {
                 timeout: Duration::from_secs(300),
                 run_at: RunAt::Now,
                 now: None,
+                concurrency_key: None,
+                concurrency_limit: 1,
             }),
         }
     }
@@ -235,6 +239,26 @@ impl Enqueue<'_> {
         })
     }
 
+    /// A business key: at most [`concurrency_limit`](Enqueue::concurrency_limit) tasks
+    /// with this key (1 by default) run at once, across all nodes; the others wait,
+    /// without blocking tasks of other keys. At most 160 bytes, no control characters.
+    pub fn concurrency_key(self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.map(|p| {
+            p.concurrency_key = Some(key);
+            Ok(())
+        })
+    }
+
+    /// How many tasks of this task's [`concurrency_key`](Enqueue::concurrency_key) may
+    /// run at once, 1..=1000 (default 1). Checked when the task is stored.
+    pub fn concurrency_limit(self, limit: u32) -> Self {
+        self.map(|p| {
+            p.concurrency_limit = limit;
+            Ok(())
+        })
+    }
+
     /// Run no sooner than `delay` from now (database clock).
     pub fn run_in(self, delay: Duration) -> Self {
         self.map(|p| {
@@ -261,5 +285,47 @@ impl<'a> IntoFuture for Enqueue<'a> {
             let params = self.params?;
             Ok(self.client.storage.task_insert(&params).await?)
         })
+    }
+}
+
+/// Queue controls: pause, resume and per-queue limits on running tasks, honoured by
+/// every node's claims.
+impl Client {
+    /// Every queue with waiting or running tasks or with controls, by name.
+    pub async fn queues(&self) -> Result<Vec<QueueInfo>, Error> {
+        Ok(self.storage.queue_list().await?)
+    }
+
+    /// Stop claiming from a queue (its running tasks finish; its other tasks wait).
+    pub async fn pause_queue(&self, queue: &str) -> Result<QueueInfo, Error> {
+        self.queue_update(queue, QueueChange::Pause).await
+    }
+
+    /// Claim from a paused queue again.
+    pub async fn resume_queue(&self, queue: &str) -> Result<QueueInfo, Error> {
+        self.queue_update(queue, QueueChange::Resume).await
+    }
+
+    /// At most `max_running` tasks of the queue run at once across all nodes (at least
+    /// 1); `None` removes the limit. A lower limit than what runs now lets the running
+    /// tasks finish and stops claims until the queue is under it.
+    pub async fn set_queue_limit(
+        &self,
+        queue: &str,
+        max_running: Option<u32>,
+    ) -> Result<QueueInfo, Error> {
+        self.queue_update(queue, QueueChange::MaxRunning(max_running))
+            .await
+    }
+
+    async fn queue_update(&self, queue: &str, change: QueueChange) -> Result<QueueInfo, Error> {
+        Ok(self
+            .storage
+            .queue_update(&QueueUpdateParams {
+                queue: queue.to_owned(),
+                change,
+                now: None,
+            })
+            .await?)
     }
 }

@@ -19,8 +19,8 @@ mod client;
 mod config;
 mod error;
 pub mod maintenance;
-mod timer;
 pub mod scheduler;
+mod timer;
 mod worker;
 
 pub use chrono_tz::Tz;

@@ -511,7 +511,8 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         idempotency_key(&task),
         death_cause(shared, &task).await,
         cancellation.clone(),
-    );
+    )
+    .with_concurrency_key(task.concurrency_key.clone());
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
         let error = "no handler registered for this command type".to_owned();
@@ -908,6 +909,8 @@ mod tests {
             updated_at: now,
             started_at: Some(now),
             finished_at: None,
+            concurrency_key: None,
+            concurrency_limit: 1,
         }
     }
 

@@ -1,4 +1,5 @@
 //! Rules every backend applies the same way: input validation and small conversions.
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -35,6 +36,7 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
     if params.timeout.is_zero() {
         return Err(InvalidInput::new("timeout", "must be positive").into());
     }
+    validate_concurrency(params.concurrency_key.as_deref(), params.concurrency_limit)?;
     match params.run_at {
         crate::RunAt::In(delay) if delay > MAX_DELAY => {
             return Err(InvalidInput::new("run_in", "must be at most 100 years").into());
@@ -170,5 +172,145 @@ pub(crate) fn stale_compensation(task: &TaskRef) -> StorageError {
         task: task.to_string(),
         status: tenax_core::TaskStatus::Dead,
         action: "retry a compensation whose task was retried since it died",
+    }
+}
+
+/// A task's place in the claim order: `run_at − priority × PRIORITY_AGING_STEP`, the key
+/// every backend indexes (`migrations/*/0003_claim_controls.sql`).
+pub(crate) fn claim_key(task: &TaskRecord) -> chrono::DateTime<chrono::Utc> {
+    let step = i64::try_from(tenax_core::PRIORITY_AGING_STEP.as_millis()).unwrap_or(i64::MAX);
+    task.run_at - chrono::Duration::milliseconds(step * i64::from(task.priority.get()))
+}
+
+/// Sort claimed tasks in the claim order: by [`claim_key`], then id.
+pub(crate) fn sort_in_claim_order(tasks: &mut [TaskRecord]) {
+    tasks.sort_by(|a, b| claim_key(a).cmp(&claim_key(b)).then(a.id.cmp(&b.id)));
+}
+
+/// Check a queue change before it reaches the database.
+pub(crate) fn validate_queue_update(params: &crate::params::QueueUpdateParams) -> Result<()> {
+    tenax_core::QueueName::new(params.queue.clone())?;
+    if let crate::params::QueueChange::MaxRunning(Some(0)) = params.change {
+        return Err(InvalidInput::new(
+            "max_running",
+            "must be at least 1 (pause the queue to stop it, or remove the limit)",
+        )
+        .into());
+    }
+    if let crate::params::QueueChange::MaxRunning(Some(n)) = params.change {
+        if i32::try_from(n).is_err() {
+            return Err(InvalidInput::new("max_running", format!("{n} is too large")).into());
+        }
+    }
+    Ok(())
+}
+
+/// The claim controls of the queues a claim names, as read from `tenax_queues`.
+#[derive(Debug, Default)]
+pub(crate) struct QueueControls {
+    /// Queues that are paused.
+    pub(crate) paused: Vec<String>,
+    /// Queues (not paused) with a limit, and the limit.
+    pub(crate) limited: Vec<(String, u32)>,
+}
+
+impl QueueControls {
+    /// Nothing restricts the claim: the fast path applies.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.paused.is_empty() && self.limited.is_empty()
+    }
+}
+
+/// Per-queue room left under a limit: `max_running − running`, never negative.
+pub(crate) fn room(max_running: u32, running: i64) -> u32 {
+    u32::try_from((i64::from(max_running) - running).max(0)).unwrap_or(0)
+}
+
+/// The longest concurrency key, in bytes.
+pub const CONCURRENCY_KEY_MAX_BYTES: usize = 160;
+/// The highest concurrency limit of a key.
+pub const CONCURRENCY_LIMIT_MAX: u32 = 1000;
+
+fn validate_concurrency(key: Option<&str>, limit: u32) -> Result<()> {
+    if let Some(key) = key {
+        if key.is_empty() || key.len() > CONCURRENCY_KEY_MAX_BYTES {
+            return Err(InvalidInput::new(
+                "concurrency_key",
+                format!("must be 1 to {CONCURRENCY_KEY_MAX_BYTES} bytes"),
+            )
+            .into());
+        }
+        if key.chars().any(char::is_control) || key.trim() != key {
+            return Err(InvalidInput::new(
+                "concurrency_key",
+                "must have no control characters and no leading or trailing spaces",
+            )
+            .into());
+        }
+    }
+    if !(1..=CONCURRENCY_LIMIT_MAX).contains(&limit) {
+        return Err(InvalidInput::new(
+            "concurrency_limit",
+            format!("must be 1 to {CONCURRENCY_LIMIT_MAX}"),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// A candidate of a claim: task id, its concurrency key (if any) and the key's limit.
+pub(crate) type KeyedCandidate = (i64, Option<String>, u32);
+
+/// The candidates a claim may take, given in claim order, at most `limit`: a task
+/// without a key is always kept; a keyed task while the running tasks of its key, plus
+/// those kept before it in this batch, are below its limit. `running` holds the running
+/// count of each key, read under the key's lock (or SQLite's single writer).
+pub(crate) fn pick_keyed(
+    candidates: &[KeyedCandidate],
+    running: &BTreeMap<String, i64>,
+    limit: usize,
+) -> Vec<i64> {
+    let mut taken: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut ids = Vec::new();
+    for (id, key, max) in candidates {
+        if ids.len() >= limit {
+            break;
+        }
+        let Some(key) = key else {
+            ids.push(*id);
+            continue;
+        };
+        let now = running.get(key).copied().unwrap_or(0);
+        let n = taken.entry(key.as_str()).or_insert(0);
+        if now + *n < i64::from(*max) {
+            *n += 1;
+            ids.push(*id);
+        }
+    }
+    ids
+}
+
+#[cfg(test)]
+mod keyed_tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_takes_at_most_the_free_slots_of_each_key() {
+        let c = |id: i64, key: &str, max: u32| (id, Some(key.to_owned()), max);
+        let candidates = vec![
+            c(1, "a", 1),
+            c(2, "a", 1),
+            (3, None, 1),
+            c(4, "b", 2),
+            c(5, "b", 2),
+            c(6, "c", 2),
+        ];
+        let running = BTreeMap::from([("b".to_owned(), 1), ("c".to_owned(), 2)]);
+        assert_eq!(pick_keyed(&candidates, &running, 10), vec![1, 3, 4]);
+        assert_eq!(pick_keyed(&candidates, &BTreeMap::new(), 3), vec![1, 3, 4]);
+        assert_eq!(
+            pick_keyed(&candidates, &BTreeMap::new(), 10),
+            vec![1, 3, 4, 5, 6]
+        );
     }
 }

@@ -36,7 +36,7 @@ pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use common::{MAX_DELAY, PAYLOAD_MAX_BYTES};
+pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
 pub use error::{Result, StorageError};
 pub use params::*;
 
@@ -172,6 +172,17 @@ pub trait Storage: Send + Sync + 'static {
     /// conditional on the value read. A tick therefore fires once however many nodes
     /// call this at the same time.
     async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>>;
+
+    /// Every queue that has waiting or running tasks or claim controls, by name, with
+    /// its controls and counts.
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>>;
+
+    /// Pause or resume a queue, or set or remove its limit on running tasks; returns the
+    /// queue after the change. A paused queue is never claimed from; a limited queue
+    /// never has more than `max_running` tasks running (claims that lock the queue row
+    /// and count its running tasks decide it). A limit lower than what runs now stops
+    /// further claims until enough finish; running tasks are not interrupted.
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo>;
 }
 
 /// Open the backend a URL names and apply its migrations.

@@ -64,6 +64,12 @@ pub struct TaskInsertParams {
     pub run_at: RunAt,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+    /// Business key: at most `concurrency_limit` tasks with this key run at once, across
+    /// all nodes (at most [`CONCURRENCY_KEY_MAX_BYTES`](crate::CONCURRENCY_KEY_MAX_BYTES)).
+    pub concurrency_key: Option<String>,
+    /// The key's limit, 1..=[`CONCURRENCY_LIMIT_MAX`](crate::CONCURRENCY_LIMIT_MAX)
+    /// (ignored without a key; 1 is the usual value).
+    pub concurrency_limit: u32,
 }
 
 /// What [`Storage::task_insert`](crate::Storage::task_insert) did.
@@ -318,7 +324,6 @@ pub struct NextRun {
     /// The database's now (or the override) when it was read: `run_at - now` is how
     /// long a worker sleeps, whatever its own clock says.
     pub now: DateTime<Utc>,
-
 }
 
 /// What [`Storage::schedule_upsert`](crate::Storage::schedule_upsert) did.
@@ -364,4 +369,44 @@ pub struct FiredTick {
     /// The task it enqueued, or `None` when a task with the tick's number already
     /// existed (the tick had fired before the schedule was re-created).
     pub task: Option<TaskId>,
+}
+
+/// A queue as [`Storage::queue_list`](crate::Storage::queue_list) reports it: its
+/// claim controls and how many of its tasks wait and run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: String,
+    /// A paused queue is never claimed from; its tasks wait.
+    pub paused: bool,
+    /// At most this many of its tasks run at once across all nodes; `None` is unlimited.
+    pub max_running: Option<u32>,
+    /// Tasks `pending` or `retrying` (due or not).
+    pub waiting: u64,
+    /// Tasks `running`.
+    pub running: u64,
+    /// When its controls last changed (`None` if they were never set).
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// What [`Storage::queue_update`](crate::Storage::queue_update) changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueChange {
+    /// Stop claiming from the queue (running tasks finish).
+    Pause,
+    /// Claim from the queue again.
+    Resume,
+    /// At most this many running at once (at least 1); `None` removes the limit.
+    MaxRunning(Option<u32>),
+}
+
+/// [`Storage::queue_update`](crate::Storage::queue_update).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueUpdateParams {
+    /// The queue (need not have tasks yet).
+    pub queue: String,
+    /// The change.
+    pub change: QueueChange,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
 }

@@ -47,10 +47,24 @@ async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() 
         })
         .await
         .unwrap();
+    // The aging key's index, walked in its order (bounded by key <= now).
     assert!(
-        plan.contains("Index Scan using tenax_tasks_claim"),
+        plan.contains("Index Scan using tenax_tasks_claim_key"),
         "{plan}"
     );
+    assert!(
+        plan.contains("tenax_claim_key(run_at, priority) <="),
+        "{plan}"
+    );
+    // Queue controls cost a primary-key probe per queue, not a scan.
+    assert!(
+        plan.contains("Index Scan using tenax_queues_pkey"),
+        "{plan}"
+    );
+    // Keyed tasks are left to their own claim; whether one is due is a probe of their
+    // partial index (empty unless keys are used), never a scan of the table.
+    assert!(plan.contains("tenax_tasks_keyed_claim"), "{plan}");
+    assert!(!plan.contains("Seq Scan on tenax_tasks"), "{plan}");
     // The only sort allowed is of the few candidates, above the per-queue scans.
     let lock_rows = plan.find("LockRows").unwrap();
     assert!(

@@ -45,10 +45,10 @@ pub use tenax_core::{
     LoadAware, Priority, QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext,
     TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
+pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{
     BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Tz, Worker, WorkerConfig,
 };
-pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {

@@ -18,7 +18,7 @@ mod leases;
 /// Payload evolution: a task stored by one version of a command runs on the next.
 mod versions;
 
-/// Time: delayed tasks start on time, running tasks can be cancelled.
-mod timing;
 /// Periodic schedules: declared on a worker, fired by its scheduler or at an injected time.
 mod schedules;
+/// Time: delayed tasks start on time, running tasks can be cancelled.
+mod timing;

@@ -22,7 +22,7 @@
 //!   `time_zone = '+00:00'`. Derived times (`now + delay`) are computed in Rust from
 //!   that value, so they are exact to the microsecond.
 //! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
@@ -41,12 +41,14 @@ use tokio::sync::watch;
 
 use crate::common::{
     compensation_task_no, duration_ms, existing_or_conflict, offers_nothing, refusal,
-    truncate_error, validate_insert,
+    sort_in_claim_order, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod keys;
+mod queues;
 mod rows;
 mod runtime;
 mod schedules;
@@ -568,8 +570,9 @@ impl MySqlStorage {
         };
         let inserted = sqlx::query(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
-                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at)
-             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
+                 concurrency_key, concurrency_limit)
+             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(params.task_no.as_str())
         .bind(&params.command_type)
@@ -582,6 +585,8 @@ impl MySqlStorage {
         .bind(duration_ms(params.timeout))
         .bind(now)
         .bind(now)
+        .bind(params.concurrency_key.as_deref())
+        .bind(i64::from(params.concurrency_limit))
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -625,8 +630,42 @@ impl MySqlStorage {
         // each; the few not kept stay locked only until this transaction commits.
         let queues: BTreeSet<&str> = params.queues.iter().map(String::as_str).collect();
         let limit = i64::from(params.limit);
+        // Queue controls: paused queues are left out, limited ones capped at their room
+        // (see queues.rs); with none, every queue is capped at the batch.
+        let controls =
+            queues::controls(&mut tx, &queues.iter().copied().collect::<Vec<_>>()).await?;
+        let mut caps: BTreeMap<&str, i64> = queues.iter().map(|q| (*q, limit)).collect();
+        for queue in &controls.paused {
+            caps.remove(queue.as_str());
+        }
+        if !controls.limited.is_empty() {
+            for (queue, room) in queues::lock_room(&mut tx, &controls.limited).await? {
+                if let (Some(cap), Some(room)) = (caps.get_mut(queue.as_str()), room) {
+                    *cap = (*cap).min(i64::from(room));
+                }
+            }
+        }
+        caps.retain(|_, cap| *cap > 0);
+        if caps.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
+        // Tasks with a concurrency key first, each key capped by its free slots (see
+        // keys.rs); what they take comes off the queues' caps and the batch.
+        let keyed = keys::pick(&mut tx, params, now, &caps, limit).await?;
+        for (_, queue) in &keyed {
+            if let Some(cap) = caps.get_mut(queue.as_str()) {
+                *cap -= 1;
+            }
+        }
+        caps.retain(|_, cap| *cap > 0);
+        let limit = limit - i64::try_from(keyed.len()).unwrap_or(limit);
+        let mut ids: Vec<i64> = keyed.iter().map(|(id, _)| *id).collect();
+        if caps.is_empty() || limit <= 0 {
+            return self.claim_ids(tx, params, now, ids).await;
+        }
         let mut qb = QueryBuilder::new("");
-        for (n, (queue, status)) in queues
+        for (n, ((queue, cap), status)) in caps
             .iter()
             .flat_map(|q| CLAIMABLE.iter().map(move |s| (q, s)))
             .enumerate()
@@ -636,9 +675,13 @@ impl MySqlStorage {
             }
             // `status` is one of the CLAIMABLE constants, not input.
             qb.push(format!(
-                "(SELECT id, priority, run_at FROM tenax_tasks WHERE status = '{status}' AND queue = "
+                "(SELECT id, claim_key, queue FROM tenax_tasks
+                  WHERE status = '{status}' AND concurrency_key IS NULL AND queue = "
             ));
             qb.push_bind(*queue);
+            // A due task's key is at most now: the walk of tenax_tasks_claim_key stops there.
+            qb.push(" AND claim_key <= ");
+            qb.push_bind(now);
             qb.push(" AND run_at <= ");
             qb.push_bind(now);
             // The types and versions the worker knows: (command_type = ? AND
@@ -657,20 +700,39 @@ impl MySqlStorage {
                 qb.push(")");
             }
             qb.push(")");
-            qb.push(" ORDER BY priority DESC, run_at, id LIMIT ");
-            qb.push_bind(limit);
+            qb.push(" ORDER BY claim_key, id LIMIT ");
+            qb.push_bind(*cap);
             qb.push(" FOR UPDATE SKIP LOCKED)");
         }
-        qb.push(" ORDER BY priority DESC, run_at, id LIMIT ");
+        qb.push(" ORDER BY claim_key, id LIMIT ");
         qb.push_bind(limit);
-        let ids = qb
-            .build()
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .iter()
-            .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
-            .collect::<Result<Vec<_>>>()?;
+        // A queue's two branches (pending, retrying) may together pass its cap: keep the
+        // first `cap` of each queue in claim order.
+        let mut taken: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        for row in qb.build().fetch_all(&mut *tx).await.map_err(map_err)? {
+            let queue: Vec<u8> = row.try_get("queue").map_err(map_err)?;
+            let cap = std::str::from_utf8(&queue)
+                .ok()
+                .and_then(|q| caps.get(q))
+                .copied()
+                .unwrap_or(0);
+            let n = taken.entry(queue).or_insert(0);
+            if *n < cap {
+                *n += 1;
+                ids.push(row.try_get::<i64, _>("id").map_err(map_err)?);
+            }
+        }
+        self.claim_ids(tx, params, now, ids).await
+    }
+
+    /// Claim the locked tasks `ids`, write their attempt history, and commit.
+    async fn claim_ids(
+        &self,
+        mut tx: Transaction<'static, MySql>,
+        params: &TaskClaimParams,
+        now: DbTime,
+        ids: Vec<i64>,
+    ) -> Result<Vec<TaskRecord>> {
         if ids.is_empty() {
             tx.rollback().await.map_err(map_err)?;
             return Ok(Vec::new());
@@ -732,12 +794,7 @@ impl MySqlStorage {
         }
 
         tx.commit().await.map_err(map_err)?;
-        tasks.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.run_at.cmp(&b.run_at))
-                .then(a.id.cmp(&b.id))
-        });
+        sort_in_claim_order(&mut tasks);
         Ok(tasks)
     }
 
@@ -1251,6 +1308,14 @@ impl Storage for MySqlStorage {
         retrying(|| self.prune_once(params)).await
     }
 
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
+        self.queue_list_impl().await
+    }
+
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
+        self.queue_update_impl(params).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         let by_type_rows = sqlx::query(
@@ -1299,7 +1364,6 @@ impl Storage for MySqlStorage {
 
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         runtime::cancel_requested(&self.pool, params).await
-
     }
 
     async fn schedule_upsert(

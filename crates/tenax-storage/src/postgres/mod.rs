@@ -38,8 +38,11 @@ use crate::common::{
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
-use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
+use crate::{Capabilities, Storage, WakeReceiver};
 
+mod claim;
+mod keys;
+mod queues;
 mod rows;
 mod runtime;
 mod schedules;
@@ -92,6 +95,11 @@ pub struct PgStorage {
     wake: watch::Sender<u64>,
     call_timeout: Duration,
     listener: Option<JoinHandle<()>>,
+    /// Queues the last claims found limited (see `claim.rs`): a claim naming one takes
+    /// the limited path first, so a busy unlimited queue cannot starve it.
+    limited_hint: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Whether the last fast claim saw a due task with a concurrency key.
+    keyed_hint: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for PgStorage {
@@ -173,6 +181,8 @@ impl PgStorage {
             wake,
             call_timeout: config.call_timeout,
             listener: None,
+            limited_hint: std::sync::Mutex::default(),
+            keyed_hint: std::sync::atomic::AtomicBool::new(false),
         };
         if config.listen {
             storage.listener = Some(tokio::spawn(listen(
@@ -407,88 +417,6 @@ async fn on_death(
     }
 }
 
-/// The claim statement; see [`PgStorage::task_claim_batch`](Storage::task_claim_batch).
-fn claim_sql() -> String {
-    format!(
-        "WITH due AS (
-                     SELECT c.id FROM unnest($2::text[]) AS q(queue)
-                     CROSS JOIN LATERAL (
-                         SELECT id, priority, run_at FROM tenax_tasks
-                         WHERE queue = q.queue AND status IN ('pending', 'retrying')
-                           AND run_at <= {NOW} AND command_type = ANY($3)
-                           AND payload_version <= ($8::int4[])[array_position($3, command_type)]
-                         ORDER BY priority DESC, run_at, id
-                         LIMIT $4
-                         FOR UPDATE SKIP LOCKED
-                     ) c
-                     ORDER BY c.priority DESC, c.run_at, c.id
-                     LIMIT $4
-                 ), claimed AS (
-                     UPDATE tenax_tasks t
-                     SET status = 'running', attempt = t.attempt + 1, lease_epoch = t.lease_epoch + 1,
-                         lease_owner = $5,
-                         lease_expires_at = {NOW} + $6::float8 * interval '1 millisecond',
-                         started_at = COALESCE(t.started_at, {NOW}), updated_at = {NOW}
-                     FROM due WHERE t.id = due.id
-                     RETURNING t.*
-                 ), history AS (
-                     INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
-                     SELECT id, lease_epoch, attempt, lease_owner, {NOW}, 'running' FROM claimed
-                 ), trimmed AS (
-                     DELETE FROM tenax_attempts a USING claimed c
-                     WHERE a.task_id = c.id AND a.epoch <= c.lease_epoch - $7
-                 )
-                 SELECT {TASK_COLUMNS} FROM claimed
-                 ORDER BY priority DESC, run_at, id"
-    )
-}
-
-/// Bind the claim statement's parameters.
-fn bind_claim<'q>(
-    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    params: &'q TaskClaimParams,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    query
-        .bind(params.now)
-        .bind(&params.queues)
-        .bind(
-            params
-                .commands
-                .iter()
-                .map(|(t, _)| t.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(i64::from(params.limit))
-        .bind(&params.worker)
-        .bind(duration_ms(params.lease_ttl) as f64)
-        .bind(ATTEMPT_HISTORY_LEN)
-        .bind(
-            params
-                .commands
-                .iter()
-                .map(|(_, v)| i32::try_from(*v).unwrap_or(i32::MAX))
-                .collect::<Vec<_>>(),
-        )
-}
-
-impl PgStorage {
-    /// The query plan of the claim statement for these parameters (for the DBA, and
-    /// for the test that keeps the claim on an ordered index scan).
-    #[doc(hidden)]
-    pub async fn explain_claim(&self, params: &TaskClaimParams) -> Result<String> {
-        let sql = format!("EXPLAIN (COSTS OFF) {}", claim_sql());
-        let lines: Vec<String> = bind_claim(sqlx::query(&sql), params)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?
-            .iter()
-            .map(|row| row.try_get::<String, _>(0))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(map_err)?;
-        Ok(lines.join("\n"))
-    }
-}
-
 #[async_trait]
 impl Storage for PgStorage {
     fn backend(&self) -> &'static str {
@@ -541,10 +469,11 @@ impl Storage for PgStorage {
             let mut tx = self.begin().await?;
             let inserted = sqlx::query(&format!(
                 "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version)
+                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version,
+                     concurrency_key, concurrency_limit)
                  VALUES ($2, 'execute', $3, $4, $5, $6, 'pending', $7,
                          COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW},
-                         $11)
+                         $11, $12, $13)
                  ON CONFLICT (task_no) DO NOTHING
                  RETURNING {TASK_COLUMNS}"
             ))
@@ -559,6 +488,8 @@ impl Storage for PgStorage {
             .bind(delay_ms as f64)
             .bind(duration_ms(params.timeout))
             .bind(i32::try_from(params.payload_version).unwrap_or(i32::MAX))
+            .bind(params.concurrency_key.as_deref())
+            .bind(i32::try_from(params.concurrency_limit).unwrap_or(i32::MAX))
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
@@ -634,19 +565,7 @@ impl Storage for PgStorage {
         if offers_nothing(params) {
             return Ok(Vec::new());
         }
-        self.timed(async {
-            // One statement: rows locked by another claimer are skipped, not waited for.
-            // One ordered scan of the claim index per queue (`queue = ANY(...)` would
-            // sort every due task of the queues on each claim); only the at most
-            // limit × queues candidates are sorted.
-            let sql = claim_sql();
-            let rows = bind_claim(sqlx::query(&sql), params)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_err)?;
-            rows.iter().map(task_from_row).collect()
-        })
-        .await
+        self.timed(self.claim(params)).await
     }
 
     async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
@@ -984,6 +903,14 @@ impl Storage for PgStorage {
         .await
     }
 
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
+        self.timed(self.queue_list_impl()).await
+    }
+
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
+        self.timed(self.queue_update_impl(params)).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         self.timed(async {
             let rows = sqlx::query(
@@ -1030,7 +957,6 @@ impl Storage for PgStorage {
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         self.timed(runtime::cancel_requested(&self.pool, params))
             .await
-
     }
 
     async fn schedule_upsert(

@@ -13,7 +13,8 @@ use crate::error::{Result, StorageError};
 pub(super) const TASK_COLUMNS: &str =
     "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
      priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
-     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at";
+     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
+     concurrency_key, concurrency_limit";
 
 fn u32_of(value: i32, column: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| StorageError::Corrupt(format!("{column} = {value}")))
@@ -68,6 +69,11 @@ pub(super) fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
         updated_at: row.try_get("updated_at").map_err(map_err)?,
         started_at: row.try_get("started_at").map_err(map_err)?,
         finished_at: row.try_get("finished_at").map_err(map_err)?,
+        concurrency_key: row.try_get("concurrency_key").map_err(map_err)?,
+        concurrency_limit: u32_of(
+            row.try_get("concurrency_limit").map_err(map_err)?,
+            "concurrency_limit",
+        )?,
     })
 }
 

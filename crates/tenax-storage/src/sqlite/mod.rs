@@ -27,12 +27,14 @@ use tokio::sync::watch;
 
 use crate::common::{
     compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, json_list,
-    offers_nothing, refusal, split_ref, stale_compensation, truncate_error, validate_insert,
+    offers_nothing, refusal, sort_in_claim_order, split_ref, stale_compensation, truncate_error,
+    validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod queues;
 mod rows;
 mod runtime;
 mod schedules;
@@ -40,6 +42,10 @@ mod schedules;
 use rows::{ms, task_from_row, TASK_COLUMNS};
 
 const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+/// `tenax_core::PRIORITY_AGING_STEP` in ms, as written in the index
+/// `tenax_tasks_claim_key` (the claim must name the same expression to use it).
+const STEP_MS: i64 = 60_000;
+const _: () = assert!(STEP_MS as u128 == tenax_core::PRIORITY_AGING_STEP.as_millis());
 
 /// The migrations of this backend. A database that records migrations this binary
 /// does not know (a newer node migrated it) is accepted: migrations are additive, so
@@ -361,8 +367,9 @@ impl Storage for SqliteStorage {
         };
         let inserted = sqlx::query(&format!(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
-                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at)
-             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
+                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
+                 concurrency_key, concurrency_limit)
+             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (task_no) DO NOTHING
              RETURNING {TASK_COLUMNS}"
         ))
@@ -377,6 +384,8 @@ impl Storage for SqliteStorage {
         .bind(duration_ms(params.timeout))
         .bind(now)
         .bind(now)
+        .bind(params.concurrency_key.as_deref())
+        .bind(i64::from(params.concurrency_limit))
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -441,32 +450,55 @@ impl Storage for SqliteStorage {
         }
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        // ?5 is a JSON list of [type, highest payload version the worker decodes].
-        let rows = sqlx::query(&format!(
-            "UPDATE tenax_tasks
+        const CLAIM: &str = "UPDATE tenax_tasks
              SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
                  lease_owner = ?1, lease_expires_at = ?2 + ?3,
                  started_at = COALESCE(started_at, ?2), updated_at = ?2
-             WHERE id IN (
-                 SELECT id FROM tenax_tasks
-                 WHERE status IN ('pending', 'retrying') AND run_at <= ?2
-                   AND queue IN (SELECT value FROM json_each(?4))
-                   AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
-                               WHERE json_extract(offer.value, '$[0]') = command_type
-                                 AND json_extract(offer.value, '$[1]') >= payload_version)
-                 ORDER BY priority DESC, run_at, id
-                 LIMIT ?6)
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(&params.worker)
-        .bind(now)
-        .bind(duration_ms(params.lease_ttl))
-        .bind(json_list(&params.queues))
-        .bind(json_list(&params.commands))
-        .bind(i64::from(params.limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
+             WHERE id IN ";
+        let controls = queues::controls(&mut tx, &params.queues).await?;
+        // Tasks with a concurrency key take the restricted path (their keys are
+        // counted); without any due, the claim is the one statement below.
+        let fast = controls.is_empty() && !queues::keyed_due(&mut tx, params, now).await?;
+        let rows = if fast {
+            // The fast path: no queue of the claim is paused or limited. ?5 is a JSON
+            // list of [type, highest payload version the worker decodes]. The order is
+            // the aging key of tenax_tasks_claim_key, written as in the index so the
+            // planner walks it; a due task's key is at most now, which bounds the walk.
+            sqlx::query(&format!(
+                "{CLAIM} (
+                     SELECT id FROM tenax_tasks
+                     WHERE status IN ('pending', 'retrying') AND run_at <= ?2
+                       AND run_at - priority * {STEP_MS} <= ?2
+                       AND queue IN (SELECT value FROM json_each(?4))
+                       AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
+                                   WHERE json_extract(offer.value, '$[0]') = command_type
+                                     AND json_extract(offer.value, '$[1]') >= payload_version)
+                     ORDER BY run_at - priority * {STEP_MS}, id
+                     LIMIT ?6)
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(&params.worker)
+            .bind(now)
+            .bind(duration_ms(params.lease_ttl))
+            .bind(json_list(&params.queues))
+            .bind(json_list(&params.commands))
+            .bind(i64::from(params.limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+        } else {
+            let ids = queues::pick(&mut tx, params, now, &controls).await?;
+            sqlx::query(&format!(
+                "{CLAIM} (SELECT value FROM json_each(?4)) RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(&params.worker)
+            .bind(now)
+            .bind(duration_ms(params.lease_ttl))
+            .bind(json_list(&ids))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+        };
         let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
         if tasks.is_empty() {
             tx.rollback().await.map_err(map_err)?;
@@ -495,12 +527,7 @@ impl Storage for SqliteStorage {
         .await
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        tasks.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.run_at.cmp(&b.run_at))
-                .then(a.id.cmp(&b.id))
-        });
+        sort_in_claim_order(&mut tasks);
         Ok(tasks)
     }
 
@@ -877,7 +904,6 @@ impl Storage for SqliteStorage {
 
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         runtime::cancel_requested(&self.pool, params).await
-
     }
 
     async fn schedule_upsert(
@@ -901,5 +927,13 @@ impl Storage for SqliteStorage {
 
     async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
         self.schedule_fire_tx(params).await
+    }
+
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
+        self.queue_list_impl().await
+    }
+
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
+        self.queue_update_impl(params).await
     }
 }

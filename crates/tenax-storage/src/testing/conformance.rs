@@ -9,6 +9,9 @@ use rand::{Rng, SeedableRng};
 use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
+pub use super::claims::*;
+pub use super::keys::*;
+pub use super::queues::*;
 pub use super::runtime::*;
 use super::{claim_params, Harness, TaskOpts};
 use crate::{

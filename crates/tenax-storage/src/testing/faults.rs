@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 use crate::{
-    Capabilities, LeaseExtendParams, ReapedTask, Result, Stats, Storage, StorageError,
-    TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams,
-    TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
+    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, ReapedTask, Result, Stats,
+    Storage, StorageError, TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams,
+    TaskInsertParams, TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef,
+    WakeReceiver,
 };
 
 /// Methods that [`FaultyStorage`] can fail.
@@ -136,7 +137,6 @@ impl Storage for FaultyStorage {
         params: &crate::CancelRequestedParams,
     ) -> Result<Vec<crate::Lease>> {
         self.inner.task_cancel_requested(params).await
-
     }
     async fn schedule_upsert(
         &self,
@@ -161,5 +161,11 @@ impl Storage for FaultyStorage {
         params: &crate::ScheduleFireParams,
     ) -> Result<Vec<crate::FiredTick>> {
         self.inner.schedule_fire_due(params).await
+    }
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
+        self.inner.queue_list().await
+    }
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
+        self.inner.queue_update(params).await
     }
 }

@@ -15,8 +15,11 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
+mod claims;
 pub mod conformance;
 mod faults;
+mod keys;
+mod queues;
 pub mod runtime;
 pub mod schedules;
 
@@ -164,6 +167,8 @@ pub struct TaskOpts {
     pub max_attempts: u32,
     pub run_at: RunAt,
     pub now: Option<DateTime<Utc>>,
+    pub concurrency_key: Option<String>,
+    pub concurrency_limit: u32,
 }
 
 impl TaskOpts {
@@ -186,6 +191,8 @@ impl TaskOpts {
             timeout: Duration::from_secs(60),
             run_at: self.run_at,
             now: self.now,
+            concurrency_key: self.concurrency_key.clone(),
+            concurrency_limit: self.concurrency_limit,
         }
     }
 }
@@ -202,6 +209,8 @@ impl Default for TaskOpts {
             max_attempts: 5,
             run_at: RunAt::Now,
             now: None,
+            concurrency_key: None,
+            concurrency_limit: 1,
         }
     }
 }
@@ -256,6 +265,17 @@ macro_rules! conformance_tests {
                 pause_and_resume_and_remove,
                 an_invalid_schedule_changes_nothing,
                 a_time_zone_schedule_fires_at_the_right_utc_instants_across_dst,
+                priority_is_worth_one_aging_step_per_level,
+                a_low_priority_task_starts_within_the_aging_bound_under_a_flood,
+                a_paused_queue_is_never_claimed_from,
+                invalid_queue_changes_are_refused_and_change_nothing,
+                a_queue_limit_caps_its_running_tasks_without_blocking_others,
+                concurrent_claimers_never_exceed_a_queue_limit,
+                a_key_runs_at_most_its_limit_at_once,
+                a_full_key_does_not_block_the_tasks_behind_it,
+                a_keyed_task_in_a_limited_queue_honours_both_limits,
+                invalid_concurrency_keys_are_refused_and_change_nothing,
+                concurrent_claimers_never_exceed_a_key_limit,
             );
         }
     };

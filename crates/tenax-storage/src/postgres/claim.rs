@@ -1,0 +1,316 @@
+//! The claim on PostgreSQL, with the queue controls.
+//!
+//! The fast path is one statement: per queue (a `LATERAL` over the queue list) an
+//! ordered walk of `tenax_tasks_claim_key` with `FOR UPDATE SKIP LOCKED`, the few
+//! candidates sorted and limited, feeding `UPDATE ... RETURNING` and the attempt-history
+//! insert. It skips queues that are paused or limited (a primary-key probe of
+//! `tenax_queues` per queue), and reports the worker's limited queues in the same answer.
+//!
+//! Only when some of them are limited and the batch is not yet full does a second
+//! transaction run: it locks those queues' rows (`FOR UPDATE`, in name order, so two
+//! claimers never deadlock), counts their running tasks in a statement that starts after
+//! the lock (READ COMMITTED: it sees every claim committed by the previous holder), and
+//! claims at most the room left in each. Claimers of one limited queue take turns, so
+//! `max_running` holds exactly across nodes.
+use sqlx::{Postgres, Row};
+use tenax_core::TaskRecord;
+
+use super::rows::{task_from_row, TASK_COLUMNS};
+use super::{map_err, PgStorage, NOW};
+use crate::common::{duration_ms, room, sort_in_claim_order};
+use crate::error::Result;
+use crate::params::TaskClaimParams;
+use crate::ATTEMPT_HISTORY_LEN;
+
+/// The claim statement. `$2`/`$9` are the queues and each queue's cap; with `$10` false
+/// (the fast path) queues that are paused or limited are skipped, with `$10` true (the
+/// limited path, under the queue locks) the queues are taken as given.
+pub(super) fn claim_sql() -> String {
+    format!(
+        "WITH limited AS (
+                     SELECT array_agg(name ORDER BY name) AS names FROM tenax_queues
+                     WHERE NOT $10 AND name = ANY($2) AND NOT paused AND max_running IS NOT NULL
+                 ), keyed AS (
+                     SELECT NOT $10 AND EXISTS (
+                         SELECT 1 FROM tenax_tasks
+                         WHERE queue = ANY($2) AND status IN ('pending', 'retrying')
+                           AND concurrency_key IS NOT NULL
+                           AND tenax_claim_key(run_at, priority) <= {NOW} AND run_at <= {NOW}
+                     ) AS due
+                 ), due AS (
+                     SELECT c.id FROM (
+                         SELECT u.queue, u.cap FROM unnest($2::text[], $9::int8[]) AS u(queue, cap)
+                         WHERE $10 OR NOT EXISTS (
+                             SELECT 1 FROM tenax_queues x
+                             WHERE x.name = u.queue AND (x.paused OR x.max_running IS NOT NULL))
+                     ) q
+                     CROSS JOIN LATERAL (
+                         SELECT id, tenax_claim_key(run_at, priority) AS claim_key FROM tenax_tasks
+                         WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                           AND concurrency_key IS NULL
+                           AND tenax_claim_key(run_at, priority) <= {NOW}
+                           AND run_at <= {NOW} AND command_type = ANY($3)
+                           AND payload_version <= ($8::int4[])[array_position($3, command_type)]
+                         ORDER BY tenax_claim_key(run_at, priority), id
+                         LIMIT q.cap
+                         FOR UPDATE SKIP LOCKED
+                     ) c
+                     ORDER BY c.claim_key, c.id
+                     LIMIT $4
+                 ), claimed AS (
+                     UPDATE tenax_tasks t
+                     SET status = 'running', attempt = t.attempt + 1, lease_epoch = t.lease_epoch + 1,
+                         lease_owner = $5,
+                         lease_expires_at = {NOW} + $6::float8 * interval '1 millisecond',
+                         started_at = COALESCE(t.started_at, {NOW}), updated_at = {NOW}
+                     FROM due WHERE t.id = due.id
+                     RETURNING t.*
+                 ), history AS (
+                     INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
+                     SELECT id, lease_epoch, attempt, lease_owner, {NOW}, 'running' FROM claimed
+                 ), trimmed AS (
+                     DELETE FROM tenax_attempts a USING claimed c
+                     WHERE a.task_id = c.id AND a.epoch <= c.lease_epoch - $7
+                 )
+                 SELECT {TASK_COLUMNS}, l.names AS limited_queues, k.due AS keyed_due
+                 FROM limited l CROSS JOIN keyed k LEFT JOIN claimed ON true
+                 ORDER BY tenax_claim_key(run_at, priority), id"
+    )
+}
+
+/// One claim statement's inputs.
+pub(super) struct Claim<'a> {
+    pub(super) params: &'a TaskClaimParams,
+    pub(super) queues: Vec<String>,
+    pub(super) caps: Vec<i64>,
+    pub(super) limit: u32,
+    pub(super) restricted: bool,
+}
+
+impl<'a> Claim<'a> {
+    /// The fast path: every queue of the claim, each capped at the batch.
+    pub(super) fn fast(params: &'a TaskClaimParams) -> Self {
+        Self {
+            params,
+            queues: params.queues.clone(),
+            caps: vec![i64::from(params.limit); params.queues.len()],
+            limit: params.limit,
+            restricted: false,
+        }
+    }
+
+    pub(super) fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        let params = self.params;
+        query
+            .bind(params.now)
+            .bind(&self.queues)
+            .bind(
+                params
+                    .commands
+                    .iter()
+                    .map(|(t, _)| t.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(i64::from(self.limit))
+            .bind(&params.worker)
+            .bind(duration_ms(params.lease_ttl) as f64)
+            .bind(ATTEMPT_HISTORY_LEN)
+            .bind(
+                params
+                    .commands
+                    .iter()
+                    .map(|(_, v)| i32::try_from(*v).unwrap_or(i32::MAX))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(&self.caps)
+            .bind(self.restricted)
+    }
+}
+
+/// The claimed tasks of a claim statement's answer, the limited queues it reports, and
+/// whether a keyed task is due.
+fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<TaskRecord>, Vec<String>, bool)> {
+    let mut tasks = Vec::with_capacity(rows.len());
+    let mut limited = Vec::new();
+    let mut keyed = false;
+    for row in rows {
+        keyed |= row
+            .try_get::<Option<bool>, _>("keyed_due")
+            .map_err(map_err)?
+            .unwrap_or(false);
+        if limited.is_empty() {
+            if let Some(names) = row
+                .try_get::<Option<Vec<String>>, _>("limited_queues")
+                .map_err(map_err)?
+            {
+                limited = names;
+            }
+        }
+        if row
+            .try_get::<Option<i64>, _>("id")
+            .map_err(map_err)?
+            .is_some()
+        {
+            tasks.push(task_from_row(row)?);
+        }
+    }
+    Ok((tasks, limited, keyed))
+}
+
+impl PgStorage {
+    pub(super) async fn claim(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        use std::sync::atomic::Ordering;
+        let left = |tasks: &Vec<TaskRecord>| {
+            params
+                .limit
+                .saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX))
+        };
+        // Keyed tasks seen by the last claim go first (each key capped by its free
+        // slots), so a full batch of unkeyed tasks cannot starve them.
+        let keyed_first = self.keyed_hint.load(Ordering::Relaxed);
+        let mut tasks = if keyed_first {
+            self.claim_keyed(params, params.limit).await?
+        } else {
+            Vec::new()
+        };
+        // Limited queues seen by earlier claims go first too (capped by their room), so
+        // a full batch from unlimited queues cannot starve them; a stale hint costs one
+        // short transaction.
+        let hinted: Vec<String> = self.hint(|hint| {
+            params
+                .queues
+                .iter()
+                .filter(|q| hint.contains(*q))
+                .cloned()
+                .collect()
+        });
+        if !hinted.is_empty() && left(&tasks) > 0 {
+            let more = self.claim_limited(params, &hinted, left(&tasks)).await?;
+            tasks.extend(more);
+        }
+        if left(&tasks) == 0 {
+            sort_in_claim_order(&mut tasks);
+            return Ok(tasks);
+        }
+        let sql = claim_sql();
+        let mut fast = Claim::fast(params);
+        fast.limit = left(&tasks);
+        let rows = fast
+            .bind(sqlx::query(&sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_err)?;
+        let (fast_tasks, limited, keyed) = read_answer(&rows)?;
+        tasks.extend(fast_tasks);
+        self.keyed_hint.store(keyed, Ordering::Relaxed);
+        self.hint(|hint| {
+            for queue in &params.queues {
+                hint.remove(queue);
+            }
+            hint.extend(limited.iter().cloned());
+        });
+        let untried: Vec<String> = limited
+            .into_iter()
+            .filter(|q| !hinted.contains(q))
+            .collect();
+        if !untried.is_empty() && left(&tasks) > 0 {
+            let more = self.claim_limited(params, &untried, left(&tasks)).await?;
+            tasks.extend(more);
+        }
+        if keyed && !keyed_first && left(&tasks) > 0 {
+            let more = self.claim_keyed(params, left(&tasks)).await?;
+            tasks.extend(more);
+        }
+        sort_in_claim_order(&mut tasks);
+        Ok(tasks)
+    }
+
+    fn hint<T>(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>) -> T) -> T {
+        // A poisoned hint is still a valid hint.
+        let mut hint = self
+            .limited_hint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut hint)
+    }
+
+    /// Claim from limited queues under their row locks, at most the room left in each.
+    async fn claim_limited(
+        &self,
+        params: &TaskClaimParams,
+        queues: &[String],
+        limit: u32,
+    ) -> Result<Vec<TaskRecord>> {
+        let mut tx = self.begin().await?;
+        let locked: Vec<(String, i32)> = sqlx::query_as(
+            "SELECT name, max_running FROM tenax_queues
+             WHERE name = ANY($1) AND NOT paused AND max_running IS NOT NULL
+             ORDER BY name
+             FOR UPDATE",
+        )
+        .bind(queues)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let running: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT queue, count(*) FROM tenax_tasks
+             WHERE status = 'running' AND queue = ANY($1)
+             GROUP BY queue",
+        )
+        .bind(queues)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let mut claim = Claim {
+            params,
+            queues: Vec::new(),
+            caps: Vec::new(),
+            limit,
+            restricted: true,
+        };
+        for (queue, max) in locked {
+            let now_running = running
+                .iter()
+                .find(|(q, _)| *q == queue)
+                .map_or(0, |(_, n)| *n);
+            let room = room(u32::try_from(max).unwrap_or(0), now_running).min(limit);
+            if room > 0 {
+                claim.queues.push(queue);
+                claim.caps.push(i64::from(room));
+            }
+        }
+        if claim.queues.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
+        let sql = claim_sql();
+        let rows = claim
+            .bind(sqlx::query(&sql))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(read_answer(&rows)?.0)
+    }
+
+    /// The query plan of the fast claim statement for these parameters (for the DBA,
+    /// and for the test that keeps the claim on an ordered index scan).
+    #[doc(hidden)]
+    pub async fn explain_claim(&self, params: &TaskClaimParams) -> Result<String> {
+        let sql = format!("EXPLAIN (COSTS OFF) {}", claim_sql());
+        let fast = Claim::fast(params);
+        let lines: Vec<String> = fast
+            .bind(sqlx::query(&sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_err)?
+            .iter()
+            .map(|row| row.try_get::<String, _>(0))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(map_err)?;
+        Ok(lines.join("\n"))
+    }
+}
