@@ -30,6 +30,7 @@ pub mod mysql;
 pub mod params;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod queue_stats;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "testing")]
@@ -124,6 +125,11 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Counts by status and by command type.
     async fn stats(&self) -> Result<Stats>;
+
+    /// Counts by queue and status, and per queue the backlog (due, unclaimed tasks) and
+    /// how long its oldest due task has waited: what the metrics sampler reads. One
+    /// read-only statement; its cost grows with the table, so call it at a bounded rate.
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

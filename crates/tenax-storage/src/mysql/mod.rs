@@ -47,6 +47,7 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod queue_stats;
 mod rows;
 
 use rows::{task_from_row, TASK_COLUMNS};
@@ -1260,5 +1261,9 @@ impl Storage for MySqlStorage {
         let now: DateTime<Utc> = row.try_get("now").map_err(map_err)?;
         stats.oldest_due_age = oldest.map(|oldest| (now - oldest).to_std().unwrap_or_default());
         Ok(stats)
+    }
+
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        queue_stats::queue_stats(&self.pool, params.now).await
     }
 }

@@ -40,6 +40,7 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod queue_stats;
 mod rows;
 
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
@@ -994,6 +995,11 @@ impl Storage for PgStorage {
             Ok(stats)
         })
         .await
+    }
+
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        self.timed(queue_stats::queue_stats(&self.pool, params.now))
+            .await
     }
 }
 

@@ -33,6 +33,7 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod queue_stats;
 mod rows;
 
 use rows::{ms, task_from_row, TASK_COLUMNS};
@@ -831,5 +832,9 @@ impl Storage for SqliteStorage {
         stats.oldest_due_age =
             oldest.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
         Ok(stats)
+    }
+
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        queue_stats::queue_stats(&self.pool, params.now).await
     }
 }

@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
+pub use super::observability::*;
 use super::{claim_params, Harness, TaskOpts};
 use crate::{
     FailNext, Lease, LeaseExtendParams, RunAt, StorageError, TaskActionParams, TaskCompleteParams,

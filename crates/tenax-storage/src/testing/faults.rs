@@ -119,4 +119,10 @@ impl Storage for FaultyStorage {
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }
+    async fn queue_stats(
+        &self,
+        params: &crate::QueueStatsParams,
+    ) -> Result<Vec<crate::QueueStats>> {
+        self.inner.queue_stats(params).await
+    }
 }

@@ -17,6 +17,7 @@ use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
 pub mod conformance;
 mod faults;
+mod observability;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -243,6 +244,7 @@ macro_rules! conformance_tests {
                 retrying_a_stale_compensation_is_refused,
                 a_newer_payload_version_waits_for_a_worker_that_knows_it,
                 payload_version_is_stored_and_copied_to_the_compensation,
+                queue_stats_count_backlog_and_oldest_age_per_queue,
             );
         }
     };
