@@ -12,6 +12,7 @@ mod client;
 mod config;
 mod error;
 pub mod maintenance;
+pub mod metrics;
 mod worker;
 
 pub use client::{Client, Enqueue};

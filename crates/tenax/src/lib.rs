@@ -47,6 +47,12 @@ pub use tenax_core::{
 };
 pub use tenax_runtime::{Client, ConfigError, Enqueue, Error, Worker, WorkerConfig};
 
+/// Metrics: the catalogue, the storage wrapper, the database sampler and (feature
+/// `prometheus`) the exporter's configuration.
+pub mod metrics {
+    pub use tenax_runtime::metrics::*;
+}
+
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {
     pub use tenax_storage::*;
