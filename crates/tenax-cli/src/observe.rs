@@ -34,26 +34,108 @@ impl std::fmt::Display for LogFormat {
     }
 }
 
+fn env_filter(default: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("TENAX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+}
+
 /// Log to standard error at `default` level (or `TENAX_LOG`, an `EnvFilter`), in
 /// `format`. Inside a task, the worker's `task` span adds `task.id`, `task.no`,
-/// `command.type`, `task.kind`, `attempt` and `epoch` to every line.
+/// `command.type`, `task.kind`, `attempt` and `epoch` to every line. With the `otel`
+/// feature and `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans are also exported over OTLP.
 pub(crate) fn init_tracing(default: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TENAX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     // Colours only on a terminal: a file or a log collector gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
+    #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+    let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> =
+        vec![match format {
+            LogFormat::Text => fmt.with_filter(env_filter(default)).boxed(),
+            LogFormat::Json => fmt
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .with_filter(env_filter(default))
+                .boxed(),
+        }];
+    #[cfg(feature = "otel")]
+    match otel::layer() {
+        Ok(Some(layer)) => layers.push(layer.with_filter(env_filter(default)).boxed()),
+        Ok(None) => {}
+        Err(e) => eprintln!("warning: OpenTelemetry export is off: {e:#}"),
+    }
     // A second initialisation (in tests) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .try_init(),
-    };
+    let _ = tracing_subscriber::registry().with(layers).try_init();
+}
+
+/// Flush what is still buffered for export (a no-op without the `otel` feature).
+pub(crate) fn shutdown() {
+    #[cfg(feature = "otel")]
+    otel::shutdown();
+}
+
+/// OpenTelemetry export of spans over OTLP/HTTP (feature `otel`), configured by the
+/// standard `OTEL_*` variables; on only when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
+#[cfg(feature = "otel")]
+mod otel {
+    use std::sync::OnceLock;
+
+    use anyhow::Context;
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use tracing_subscriber::registry::LookupSpan;
+
+    static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+    pub(super) fn layer<S>() -> anyhow::Result<Option<impl tracing_subscriber::Layer<S>>>
+    where
+        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+    {
+        let configured = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));
+        if !configured {
+            return Ok(None);
+        }
+        // The blocking HTTP client must be built outside the async runtime.
+        let exporter = std::thread::spawn(|| {
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .build()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("building the OTLP exporter panicked"))?
+        .context("cannot build the OTLP span exporter")?;
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name("tenax")
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("tenax");
+        let _ = PROVIDER.set(provider);
+        Ok(Some(tracing_opentelemetry::layer().with_tracer(tracer)))
+    }
+
+    pub(super) fn shutdown() {
+        if let Some(provider) = PROVIDER.get() {
+            if let Err(e) = provider.shutdown() {
+                eprintln!("warning: flushing OpenTelemetry spans failed: {e}");
+            }
+        }
+    }
 }
 
 /// Install the Prometheus recorder for this process and serve it on `addr` (the

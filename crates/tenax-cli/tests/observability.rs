@@ -398,3 +398,85 @@ async fn log_lines_written_by_a_handler_carry_the_task_fields() {
         assert!(line.contains(field), "{field} missing from: {line}");
     }
 }
+
+/// With the `otel` feature, a worker given an OTLP endpoint exports a span per attempt
+/// carrying the task's fields: a stub collector on the loopback receives them.
+#[cfg(feature = "otel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_when_an_endpoint_is_set() {
+    let collector = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", collector.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel::<(String, Vec<u8>)>();
+    std::thread::spawn(move || {
+        for stream in collector.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            let mut length = 0usize;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+            );
+            if tx.send((request_line, body)).is_err() {
+                return;
+            }
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let client = Client::connect(&url).await.unwrap();
+    client
+        .enqueue_raw(
+            "BANK_OPEN_ACCOUNT",
+            &json!({ "customer": "ada", "id_card": "12345678901234567" }),
+        )
+        .task_no("ACC-OTEL-1")
+        .await
+        .unwrap();
+    let _worker = Running(
+        worker(&url, &["--bank-failure-rate", "0"])
+            .env("TENAX_LOG", "info")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tenax worker"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (request, body) = rx.recv_timeout(left).expect("no span export within 30 s");
+        assert!(request.starts_with("POST /v1/traces "), "{request}");
+        let contains = |needle: &str| body.windows(needle.len()).any(|w| w == needle.as_bytes());
+        if contains("ACC-OTEL-1") {
+            for field in [
+                "task.no",
+                "command.type",
+                "BANK_OPEN_ACCOUNT",
+                "attempt",
+                "task.id",
+                "tenax",
+            ] {
+                assert!(contains(field), "{field} missing from the exported span");
+            }
+            return;
+        }
+    }
+}
