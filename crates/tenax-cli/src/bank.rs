@@ -118,6 +118,7 @@ impl Command for BankOpenAccount {
         // The idempotency key goes downstream as the request id (the seed's
         // biz_request_id), so a retry after an unknown outcome is a repeat, not a new
         // account.
+        tracing::info!(customer = %ctx.customer, "opening the account at the partner bank");
         self.bank.open_account(task.idempotency_key(), &ctx).await
     }
 

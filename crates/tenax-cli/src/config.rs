@@ -34,6 +34,8 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duratio
 pub(crate) struct FileConfig {
     /// `database_url`.
     pub(crate) database_url: Option<String>,
+    /// `log_format`.
+    pub(crate) log_format: Option<crate::observe::LogFormat>,
     /// `[worker]`.
     #[serde(default)]
     pub(crate) worker: WorkerFile,
@@ -68,6 +70,9 @@ pub(crate) struct WorkerFile {
     pub(crate) scheduler: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) scheduler_interval: Option<Duration>,
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) metrics_sample_interval: Option<Duration>,
 }
 
 /// One documented key, for the generated configuration reference.
@@ -100,6 +105,13 @@ pub(crate) fn reference() -> Vec<Key> {
             "--database-url",
             DATABASE_URL_DEFAULT.into(),
             "`sqlite://PATH`, `postgres://...[?schema=NAME]` or `mysql://...` / `mariadb://...`.",
+        ),
+        key(
+            "log_format",
+            "TENAX_LOG_FORMAT",
+            "--log-format",
+            crate::observe::LogFormat::default().to_string(),
+            "`text` or `json`; inside a task every line carries the task's id, number, command type and attempt. The level comes from `TENAX_LOG` (an env-filter, e.g. `info,tenax_runtime=debug`).",
         ),
         key(
             "worker.queues",
@@ -212,6 +224,21 @@ pub(crate) fn reference() -> Vec<Key> {
             "",
             secs(d.scheduler_interval),
             "Time between scheduler passes: a tick fires at most about this late.",
+
+        ),
+        key(
+            "worker.metrics_addr",
+            "TENAX_WORKER_METRICS_ADDR",
+            "--metrics-addr",
+            "none (no metrics)".into(),
+            "Serve Prometheus metrics on this address (for example `127.0.0.1:9464`); see `docs/reference/metrics.md`.",
+        ),
+        key(
+            "worker.metrics_sample_interval",
+            "TENAX_WORKER_METRICS_SAMPLE_INTERVAL",
+            "--metrics-sample-interval",
+            secs(tenax::metrics::SAMPLE_INTERVAL_DEFAULT),
+            "Time between two reads of the counts by queue and status from the database (only with `metrics_addr`).",
         ),
     ]
 }
@@ -320,6 +347,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("fence margin"), "{err}");
+    }
+
+    #[test]
+    fn observability_keys_are_read_and_checked() {
+        let file = parse("log_format = \"json\"\n[worker]\nmetrics_addr = \"127.0.0.1:9464\"\nmetrics_sample_interval = \"5s\"\n").unwrap();
+        assert_eq!(file.log_format, Some(crate::observe::LogFormat::Json));
+        assert_eq!(
+            file.worker.metrics_addr,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        assert_eq!(
+            file.worker.metrics_sample_interval,
+            Some(Duration::from_secs(5))
+        );
+        let err = parse("log_format = \"xml\"\n").unwrap_err().to_string();
+        assert!(err.contains("log_format") || err.contains("xml"), "{err}");
+        let err = parse("[worker]\nmetrics_addr = \"localhost\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metrics_addr"), "{err}");
     }
 
     #[test]

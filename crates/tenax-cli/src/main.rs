@@ -14,10 +14,12 @@ mod bench;
 mod bench_delayed;
 mod config;
 mod demo;
+mod observe;
 mod queues;
 mod reference;
 mod schedules;
 mod tasks;
+mod top;
 mod worker;
 
 /// `tenax --version`: the package version and the commit it was built from.
@@ -36,6 +38,11 @@ struct Cli {
     /// Configuration file [default: tenax.toml in the current folder, when present].
     #[arg(long, global = true, env = "TENAX_CONFIG", value_name = "PATH")]
     config: Option<std::path::PathBuf>,
+
+    /// Log format on standard error: `text` (human-readable) or `json` (one object per
+    /// line, with the fields of the task being run) [default: text].
+    #[arg(long, global = true, env = "TENAX_LOG_FORMAT")]
+    log_format: Option<observe::LogFormat>,
 
     #[command(subcommand)]
     command: Commands,
@@ -57,8 +64,12 @@ enum Commands {
     /// List, pause, resume and limit queues.
     #[command(subcommand)]
     Queues(queues::QueuesCommand),
-    /// Counts by status and command type.
+    /// Counts by status, command type and queue, backlogs, the oldest due task's age, and
+    /// latency percentiles of recently finished tasks.
     Stats,
+    /// A live view: throughput, status counts, latency percentiles and the slowest
+    /// running tasks, refreshed until interrupted.
+    Top(top::TopArgs),
     /// Apply pending schema migrations.
     Migrate,
     /// Measure against a real backend.
@@ -70,8 +81,8 @@ enum Commands {
     /// Print a reference generated from the code (Markdown).
     #[command(hide = true)]
     Reference {
-        /// `cli` or `config`.
-        #[arg(value_parser = ["cli", "config"])]
+        /// `cli`, `config` or `metrics`.
+        #[arg(value_parser = ["cli", "config", "metrics"])]
         which: String,
     },
     /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP) until interrupted.
@@ -111,17 +122,10 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m)"))
 }
 
-fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TENAX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let (file, file_path) = config::load(cli.config.as_deref())?;
+    let log_format = cli.log_format.or(file.log_format).unwrap_or_default();
+    let init_tracing = |default: &str| observe::init_tracing(default, log_format);
     let database_url = cli
         .database_url
         .clone()
@@ -140,6 +144,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Reference { which } => {
             match which.as_str() {
                 "cli" => print!("{}", reference::cli_markdown()),
+                "metrics" => print!("{}", reference::metrics_markdown()),
                 _ => print!("{}", reference::config_markdown()),
             }
             Ok(())
@@ -151,6 +156,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => println!("configuration file: none (defaults, environment and flags)"),
             }
             println!("database_url = {database_url:?}");
+            println!("log_format = {log_format}");
+            println!("metrics_addr = {:?}", args.metrics_addr(&file.worker)?);
+            println!(
+                "metrics_sample_interval = {:?}",
+                args.metrics_sample_interval(&file.worker)?
+            );
             println!("{worker:#?}");
             println!("configuration is valid");
             Ok(())
@@ -163,7 +174,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Tasks(command) => tasks::run(&client, command).await,
                 Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
-                Commands::Stats => tasks::stats(&client).await,
+                Commands::Stats => top::stats(&client).await,
+                Commands::Top(args) => top::run(&client, args).await,
                 Commands::Migrate => {
                     println!("schema of {database_url} is up to date");
                     Ok(())
@@ -191,7 +203,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    observe::shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -63,6 +63,27 @@ pub(crate) fn config_markdown() -> String {
     out
 }
 
+/// Every metric, from the runtime's catalogue.
+pub(crate) fn metrics_markdown() -> String {
+    format!(
+        "# Metrics reference\n\nGenerated from the code by `tenax reference metrics`; do not edit.\n\n\
+         `tenax worker --metrics-addr 127.0.0.1:9464` (or `worker.metrics_addr` in `tenax.toml`, \
+         or `TENAX_WORKER_METRICS_ADDR`) serves these in the Prometheus text format. A library \
+         user installs a recorder (for example `tenax::metrics::prometheus_builder()`, feature \
+         `prometheus`), wraps the storage with `tenax::metrics::instrument` and runs \
+         `tenax::metrics::sampler_loop`.\n\n\
+         - **source `sampler`**: read from the database every `metrics_sample_interval` \
+         (default 10 s) by every node that serves metrics. The values are the whole \
+         cluster's, identical on every node: aggregate them with `max by (...)`, never `sum`.\n\
+         - **source `worker`** and **`storage`**: this process only; aggregate with `sum`.\n\
+         - Histograms in seconds have buckets {seconds:?}; the claim batch histogram has \
+         buckets {batch:?}.\n\n{table}",
+        seconds = tenax::metrics::SECONDS_BUCKETS,
+        batch = tenax::metrics::BATCH_BUCKETS,
+        table = tenax::metrics::reference_markdown(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +108,6 @@ mod tests {
     fn references_are_up_to_date() {
         check("cli.md", &cli_markdown());
         check("configuration.md", &config_markdown());
+        check("metrics.md", &metrics_markdown());
     }
 }

@@ -303,24 +303,3 @@ async fn show(client: &Client, selector: &TaskSelector) -> anyhow::Result<()> {
     );
     Ok(())
 }
-
-pub(crate) async fn stats(client: &Client) -> anyhow::Result<()> {
-    let stats = client.stats().await?;
-    let mut by_status = Table::new();
-    by_status.set_header(["status", "tasks"]);
-    for (status, n) in &stats.by_status {
-        by_status.add_row([status.to_string(), n.to_string()]);
-    }
-    println!("{by_status}");
-    let mut by_type = Table::new();
-    by_type.set_header(["command type", "status", "tasks"]);
-    for (command_type, status, n) in &stats.by_type {
-        by_type.add_row([command_type.clone(), status.to_string(), n.to_string()]);
-    }
-    println!("{by_type}");
-    match stats.oldest_due_age {
-        Some(age) => println!("oldest due task has waited {:.1} s", age.as_secs_f64()),
-        None => println!("no task is waiting to be claimed"),
-    }
-    Ok(())
-}

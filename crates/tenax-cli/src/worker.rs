@@ -39,6 +39,14 @@ pub(crate) struct WorkerArgs {
     /// Defaults to all of them.
     #[arg(long = "command", value_name = "TYPE")]
     commands: Vec<String>,
+    /// Serve Prometheus metrics on this address (for example 127.0.0.1:9464)
+    /// [default: none].
+    #[arg(long, env = "TENAX_WORKER_METRICS_ADDR", value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Time between two reads of the counts by queue and status from the database
+    /// [default: 10s].
+    #[arg(long, env = "TENAX_WORKER_METRICS_SAMPLE_INTERVAL", value_parser = parse_duration)]
+    metrics_sample_interval: Option<Duration>,
     #[command(flatten)]
     pub(crate) bank: BankArgs,
 }
@@ -115,6 +123,33 @@ impl WorkerArgs {
     }
 }
 
+impl WorkerArgs {
+    /// Where to serve metrics: the flag (or its environment variable), else the file.
+    pub(crate) fn metrics_addr(
+        &self,
+        file: &crate::config::WorkerFile,
+    ) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        Ok(self.metrics_addr.or(file.metrics_addr))
+    }
+
+    /// Time between two database samples.
+    pub(crate) fn metrics_sample_interval(
+        &self,
+        file: &crate::config::WorkerFile,
+    ) -> anyhow::Result<Duration> {
+        let interval = self
+            .metrics_sample_interval
+            .or(file.metrics_sample_interval)
+            .unwrap_or(tenax::metrics::SAMPLE_INTERVAL_DEFAULT);
+        if interval < Duration::from_millis(100) {
+            anyhow::bail!(
+                "metrics_sample_interval must be at least 100ms (it was {interval:?}): each sample is a query"
+            );
+        }
+        Ok(interval)
+    }
+}
+
 /// Cancelled on Ctrl-C or SIGTERM.
 pub(crate) fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
@@ -143,11 +178,71 @@ pub(crate) async fn run(
     args: WorkerArgs,
 ) -> anyhow::Result<()> {
     let config = args.config(file)?;
-    let storage = tenax::storage::connect(database_url).await?;
+    let metrics_addr = args.metrics_addr(file)?;
+    let sample_interval = args.metrics_sample_interval(file)?;
+    let mut storage = tenax::storage::connect(database_url).await?;
+    let sampler = CancellationToken::new();
+    if let Some(addr) = metrics_addr {
+        crate::observe::serve_metrics(addr)?;
+        tracing::info!(%addr, "serving Prometheus metrics");
+        storage = tenax::metrics::instrument(storage);
+        tokio::spawn(tenax::metrics::sampler_loop(
+            storage.clone(),
+            sample_interval,
+            sampler.clone(),
+        ));
+    }
     let mut worker = Worker::new(storage, args.bank.registry_of(&args.commands)?, config)?;
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }
-    worker.run(shutdown_on_signal()).await?;
+    let ran = worker.run(shutdown_on_signal()).await;
+    sampler.cancel();
+    ran?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::config::WorkerFile;
+    use crate::{Cli, Commands};
+
+    fn args(argv: &[&str]) -> super::WorkerArgs {
+        match Cli::try_parse_from(argv).unwrap().command {
+            Commands::Worker(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn metrics_settings_come_from_the_flag_else_the_file() {
+        let file = WorkerFile {
+            metrics_addr: Some("127.0.0.1:9464".parse().unwrap()),
+            ..WorkerFile::default()
+        };
+        let flagged = args(&["tenax", "worker", "--metrics-addr", "127.0.0.1:9000"]);
+        assert_eq!(
+            flagged.metrics_addr(&file).unwrap(),
+            Some("127.0.0.1:9000".parse().unwrap())
+        );
+        let plain = args(&["tenax", "worker"]);
+        assert_eq!(
+            plain.metrics_addr(&file).unwrap(),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        assert_eq!(plain.metrics_addr(&WorkerFile::default()).unwrap(), None);
+        assert_eq!(
+            plain.metrics_sample_interval(&file).unwrap(),
+            tenax::metrics::SAMPLE_INTERVAL_DEFAULT
+        );
+        let too_fast = args(&["tenax", "worker", "--metrics-sample-interval", "10ms"]);
+        let err = too_fast
+            .metrics_sample_interval(&file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metrics_sample_interval"), "{err}");
+        assert!(Cli::try_parse_from(["tenax", "worker", "--metrics-addr", "nowhere"]).is_err());
+    }
 }

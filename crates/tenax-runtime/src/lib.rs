@@ -19,6 +19,7 @@ mod client;
 mod config;
 mod error;
 pub mod maintenance;
+pub mod metrics;
 pub mod scheduler;
 mod timer;
 mod worker;

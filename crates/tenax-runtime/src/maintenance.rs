@@ -41,6 +41,7 @@ pub(crate) async fn reaper_loop(
         {
             Ok(reaped) if !reaped.is_empty() => {
                 for task in &reaped {
+                    crate::metrics::reaped(task.status);
                     info!(task.id = %task.id, status = %task.status, "lease expired; task reaped");
                 }
             }

@@ -195,6 +195,7 @@ impl Worker {
         ));
 
         let mut executors = JoinSet::new();
+        crate::metrics::worker_started(shared.config.concurrency);
         claim_loop(&shared, &shutdown, &mut executors).await;
 
         info!(worker = %shared.id, running = executors.len(), "worker stopping: no more claims");
@@ -207,6 +208,7 @@ impl Worker {
         }
         background.cancel();
         while services.join_next().await.is_some() {}
+        crate::metrics::worker_stopped(shared.config.concurrency);
         info!(worker = %shared.id, "worker stopped");
         Ok(())
     }
@@ -276,6 +278,7 @@ impl Worker {
         loop {
             let sent = Instant::now();
             let tasks = shared.storage.task_claim_batch(&params).await?;
+            crate::metrics::claimed(&tasks, shared.config.lease_ttl);
             if tasks.is_empty() {
                 return Ok(ran);
             }
@@ -339,6 +342,7 @@ async fn claim_loop(
                 .await;
             match claimed {
                 Ok(tasks) => {
+                    crate::metrics::claimed(&tasks, shared.config.lease_ttl);
                     failures = 0;
                     full_batch = tasks.len() as u32 == limit;
                     for task in tasks {
@@ -349,9 +353,11 @@ async fn claim_loop(
                         };
                         let deadline = shared.fence_after(sent);
                         let shared = shared.clone();
+                        crate::metrics::slot_taken(true);
                         executors.spawn(async move {
                             execute(&shared, task, deadline).await;
                             drop(permit);
+                            crate::metrics::slot_taken(false);
                             shared.slot_freed.notify_one();
                         });
                     }
@@ -516,13 +522,15 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
         let error = "no handler registered for this command type".to_owned();
-        write_outcome(shared, lease, Decision::Fail(error, FailNext::Dead)).await;
+        let outcome = write_outcome(shared, lease, Decision::Fail(error, FailNext::Dead)).await;
+        crate::metrics::attempt_ended(&task, outcome);
         return;
     };
     for hook in &shared.hooks {
         hook.before(&ctx).await;
     }
     debug!("attempt started");
+    let started = std::time::Instant::now();
     let ended = supervise(
         shared,
         &task,
@@ -536,6 +544,7 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         },
     )
     .await;
+    crate::metrics::executed(&task, started.elapsed());
     finishing.store(true, std::sync::atomic::Ordering::SeqCst);
     let observed = match &ended {
         Ended::Returned(Ok(_)) => ExecutionOutcome::Succeeded,
@@ -560,7 +569,8 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         backlog,
     };
     let decision = decide(&task, ended, &policy, how);
-    write_outcome(shared, lease, decision).await;
+    let outcome = write_outcome(shared, lease, decision).await;
+    crate::metrics::attempt_ended(&task, outcome);
 }
 
 /// Removes an attempt's entry from the held map when the attempt ends.
@@ -614,6 +624,8 @@ async fn supervise(
     };
     // Aborted and cancelled if this future is dropped (the worker's `run` future
     // dropped by its caller): a handler never outlives the executor that fences it.
+    // It runs in the task's span, so every line it logs carries the task's fields.
+    let future = future.instrument(tracing::Span::current());
     let mut handle = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(future));
     let _cancel_on_drop = cancellation.clone().drop_guard();
     let timeout = Duration::from_millis(task.timeout_ms.max(1));
@@ -716,16 +728,42 @@ fn decide(task: &TaskRecord, ended: Ended, policy: &RetryPolicy, how: Ending) ->
     }
 }
 
-/// Write what an ended attempt decided.
-async fn write_outcome(shared: &Arc<Shared>, lease: Lease, decision: Decision) {
-    match decision {
+/// Write what an ended attempt decided; returns what was written, for the metrics.
+async fn write_outcome(
+    shared: &Arc<Shared>,
+    lease: Lease,
+    decision: Decision,
+) -> crate::metrics::Outcome {
+    use crate::metrics::Outcome;
+    let (written, outcome) = match decision {
         Decision::Complete(result, compensation) => {
-            write_complete(shared, lease, result, compensation).await;
+            let none = compensation == CompensationState::None;
+            let written = write_complete(shared, lease, result, compensation).await;
+            (
+                written,
+                Outcome::Succeeded {
+                    compensation_none: none,
+                },
+            )
         }
-        Decision::Fail(error, next) => write_fail(shared, lease, error, next).await,
+        Decision::Fail(error, next) => {
+            let outcome = match next {
+                FailNext::Retry(_) => Outcome::Retried,
+                FailNext::Dead => Outcome::Dead,
+                FailNext::HandBack => Outcome::HandedBack,
+                FailNext::Cancelled => Outcome::Cancelled,
+            };
+            (write_fail(shared, lease, error, next).await, outcome)
+        }
         Decision::Drop(why) => {
             warn!(reason = why, "handler stopped; its outcome is dropped, the task will be retried after the lease expires");
+            (Some(false), Outcome::Dropped)
         }
+    };
+    match written {
+        Some(true) => outcome,
+        Some(false) => Outcome::Dropped,
+        None => Outcome::Unwritten,
     }
 }
 
@@ -734,7 +772,7 @@ async fn write_complete(
     lease: Lease,
     result: Option<String>,
     compensation: CompensationState,
-) {
+) -> Option<bool> {
     let params = TaskCompleteParams {
         lease,
         result,
@@ -746,9 +784,15 @@ async fn write_complete(
     })
     .await;
     report_write(written, "succeeded");
+    written
 }
 
-async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: FailNext) {
+async fn write_fail(
+    shared: &Arc<Shared>,
+    lease: Lease,
+    error: String,
+    next: FailNext,
+) -> Option<bool> {
     let params = TaskFailParams {
         lease,
         error,
@@ -766,6 +810,7 @@ async fn write_fail(shared: &Arc<Shared>, lease: Lease, error: String, next: Fai
         FailNext::Cancelled => "cancelled",
     };
     report_write(written, what);
+    written
 }
 
 fn report_write(written: Option<bool>, what: &str) {
@@ -818,6 +863,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = sleep(shared.config.heartbeat_interval) => {}
         }
+        crate::metrics::heartbeat();
         let leases: Vec<Lease> = shared.held().keys().copied().collect();
         if leases.is_empty() {
             continue;

@@ -30,6 +30,7 @@ pub mod mysql;
 pub mod params;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod queue_stats;
 mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -183,6 +184,11 @@ pub trait Storage: Send + Sync + 'static {
     /// and count its running tasks decide it). A limit lower than what runs now stops
     /// further claims until enough finish; running tasks are not interrupted.
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo>;
+
+    /// Counts by queue and status, and per queue the backlog (due, unclaimed tasks) and
+    /// how long its oldest due task has waited: what the metrics sampler reads. One
+    /// read-only statement; its cost grows with the table, so call it at a bounded rate.
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

@@ -410,3 +410,33 @@ pub struct QueueUpdateParams {
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
 }
+
+/// [`Storage::queue_stats`](crate::Storage::queue_stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStatsParams {
+    /// Clock override (what "due" and the ages are measured against).
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// One queue's counts from [`Storage::queue_stats`](crate::Storage::queue_stats).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Tasks of the queue by status (statuses with no task are left out).
+    pub by_status: Vec<(TaskStatus, u64)>,
+    /// Tasks due now and not claimed: `pending` or `retrying` with `run_at` reached.
+    pub backlog: u64,
+    /// How long the longest-waiting of those has been due, if any.
+    pub oldest_due_age: Option<Duration>,
+}
+
+impl QueueStats {
+    /// The count for one status.
+    pub fn count(&self, status: TaskStatus) -> u64 {
+        self.by_status
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    }
+}

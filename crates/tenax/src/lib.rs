@@ -50,6 +50,12 @@ pub use tenax_runtime::{
     BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Tz, Worker, WorkerConfig,
 };
 
+/// Metrics: the catalogue, the storage wrapper, the database sampler and (feature
+/// `prometheus`) the exporter's configuration.
+pub mod metrics {
+    pub use tenax_runtime::metrics::*;
+}
+
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {
     pub use tenax_storage::*;

@@ -48,6 +48,7 @@ use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod keys;
+mod queue_stats;
 mod queues;
 mod rows;
 mod runtime;
@@ -1387,5 +1388,9 @@ impl Storage for MySqlStorage {
 
     async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
         self.schedule_fire_tx(params).await
+    }
+
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        queue_stats::queue_stats(&self.pool, params.now).await
     }
 }

@@ -42,6 +42,7 @@ use crate::{Capabilities, Storage, WakeReceiver};
 
 mod claim;
 mod keys;
+mod queue_stats;
 mod queues;
 mod rows;
 mod runtime;
@@ -980,6 +981,11 @@ impl Storage for PgStorage {
 
     async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
         self.schedule_fire_tx(params).await
+    }
+
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        self.timed(queue_stats::queue_stats(&self.pool, params.now))
+            .await
     }
 }
 

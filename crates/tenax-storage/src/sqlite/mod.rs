@@ -34,6 +34,7 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod queue_stats;
 mod queues;
 mod rows;
 mod runtime;
@@ -935,5 +936,9 @@ impl Storage for SqliteStorage {
 
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
         self.queue_update_impl(params).await
+    }
+
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        queue_stats::queue_stats(&self.pool, params.now).await
     }
 }

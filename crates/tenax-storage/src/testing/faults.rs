@@ -168,4 +168,10 @@ impl Storage for FaultyStorage {
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
         self.inner.queue_update(params).await
     }
+    async fn queue_stats(
+        &self,
+        params: &crate::QueueStatsParams,
+    ) -> Result<Vec<crate::QueueStats>> {
+        self.inner.queue_stats(params).await
+    }
 }

@@ -19,6 +19,7 @@ mod claims;
 pub mod conformance;
 mod faults;
 mod keys;
+mod observability;
 mod queues;
 pub mod runtime;
 pub mod schedules;
@@ -276,6 +277,7 @@ macro_rules! conformance_tests {
                 a_keyed_task_in_a_limited_queue_honours_both_limits,
                 invalid_concurrency_keys_are_refused_and_change_nothing,
                 concurrent_claimers_never_exceed_a_key_limit,
+                queue_stats_count_backlog_and_oldest_age_per_queue,
             );
         }
     };

@@ -1,0 +1,149 @@
+//! A [`Storage`] wrapper that times every call into a histogram.
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tenax_core::{AttemptRecord, TaskId, TaskRecord};
+use tenax_storage::{
+    CancelRequestedParams, Capabilities, FiredTick, Lease, LeaseExtendParams, NextRun,
+    QueueBacklog, QueueBacklogParams, QueueInfo, QueueStats, QueueStatsParams, QueueUpdateParams,
+    ReapedTask, Result, ScheduleFireParams, SchedulePauseParams, ScheduleRecord,
+    ScheduleUpsertParams, ScheduleUpserted, Stats, Storage, TaskActionParams, TaskClaimParams,
+    TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted, TaskListParams,
+    TaskNextRunParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
+};
+
+use super::names;
+
+/// Wraps a storage so that every database call is timed into
+/// `tenax_storage_call_duration_seconds{method, outcome}`. Give the wrapped storage to
+/// the [`Worker`](crate::Worker) (and the [`sampler_loop`](super::sampler_loop)).
+pub struct InstrumentedStorage {
+    inner: Arc<dyn Storage>,
+}
+
+/// Wrap `storage` so every call is timed (see [`InstrumentedStorage`]).
+pub fn instrument(storage: Arc<dyn Storage>) -> Arc<dyn Storage> {
+    Arc::new(InstrumentedStorage { inner: storage })
+}
+
+async fn timed<T>(method: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
+    let start = Instant::now();
+    let result = call.await;
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    ::metrics::histogram!(names::STORAGE_CALL, "method" => method, "outcome" => outcome)
+        .record(start.elapsed().as_secs_f64());
+    result
+}
+
+#[async_trait]
+impl Storage for InstrumentedStorage {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn migrate(&self) -> Result<()> {
+        timed("migrate", self.inner.migrate()).await
+    }
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        timed("now", self.inner.now()).await
+    }
+    fn wakeups(&self) -> WakeReceiver {
+        self.inner.wakeups()
+    }
+    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
+        timed("task_insert", self.inner.task_insert(params)).await
+    }
+    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
+        timed("task_get", self.inner.task_get(task)).await
+    }
+    async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
+        timed("task_list", self.inner.task_list(params)).await
+    }
+    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>> {
+        timed("task_attempts", self.inner.task_attempts(id)).await
+    }
+    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        timed("task_claim_batch", self.inner.task_claim_batch(params)).await
+    }
+    async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
+        timed("lease_extend", self.inner.lease_extend(params)).await
+    }
+    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        timed(
+            "task_complete_if_leased",
+            self.inner.task_complete_if_leased(params),
+        )
+        .await
+    }
+    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
+        timed(
+            "task_fail_if_leased",
+            self.inner.task_fail_if_leased(params),
+        )
+        .await
+    }
+    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
+        timed("task_reap_expired", self.inner.task_reap_expired(params)).await
+    }
+    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        timed("task_cancel", self.inner.task_cancel(params)).await
+    }
+    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        timed("task_retry", self.inner.task_retry(params)).await
+    }
+    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
+        timed("task_prune", self.inner.task_prune(params)).await
+    }
+    async fn stats(&self) -> Result<Stats> {
+        timed("stats", self.inner.stats()).await
+    }
+    async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {
+        timed("task_next_run_at", self.inner.task_next_run_at(params)).await
+    }
+    async fn queue_backlog(&self, params: &QueueBacklogParams) -> Result<Vec<QueueBacklog>> {
+        timed("queue_backlog", self.inner.queue_backlog(params)).await
+    }
+    async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
+        timed(
+            "task_cancel_requested",
+            self.inner.task_cancel_requested(params),
+        )
+        .await
+    }
+    async fn schedule_upsert(
+        &self,
+        params: &ScheduleUpsertParams,
+    ) -> Result<(ScheduleRecord, ScheduleUpserted)> {
+        timed("schedule_upsert", self.inner.schedule_upsert(params)).await
+    }
+    async fn schedule_list(&self) -> Result<Vec<ScheduleRecord>> {
+        timed("schedule_list", self.inner.schedule_list()).await
+    }
+    async fn schedule_set_paused(&self, params: &SchedulePauseParams) -> Result<ScheduleRecord> {
+        timed(
+            "schedule_set_paused",
+            self.inner.schedule_set_paused(params),
+        )
+        .await
+    }
+    async fn schedule_remove(&self, name: &str) -> Result<()> {
+        timed("schedule_remove", self.inner.schedule_remove(name)).await
+    }
+    async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
+        timed("schedule_fire_due", self.inner.schedule_fire_due(params)).await
+    }
+    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
+        timed("queue_list", self.inner.queue_list()).await
+    }
+    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
+        timed("queue_update", self.inner.queue_update(params)).await
+    }
+    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
+        timed("queue_stats", self.inner.queue_stats(params)).await
+    }
+}
