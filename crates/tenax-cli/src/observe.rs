@@ -52,25 +52,29 @@ pub(crate) fn init_tracing(default: &str, format: LogFormat) {
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
-    let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> =
-        vec![match format {
-            LogFormat::Text => fmt.with_filter(env_filter(default)).boxed(),
-            LogFormat::Json => fmt
-                .json()
-                .with_current_span(true)
-                .with_span_list(true)
-                .with_filter(env_filter(default))
-                .boxed(),
-        }];
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .boxed(),
+    };
+    // One global filter in front of every layer. (Per-layer filters inside a `Vec` of
+    // layers lost events after their callsite's first hit.)
+    let subscriber = tracing_subscriber::registry()
+        .with(env_filter(default))
+        .with(fmt);
     #[cfg(feature = "otel")]
-    match otel::layer() {
-        Ok(Some(layer)) => layers.push(layer.with_filter(env_filter(default)).boxed()),
-        Ok(None) => {}
-        Err(e) => eprintln!("warning: OpenTelemetry export is off: {e:#}"),
-    }
+    let subscriber = subscriber.with(match otel::layer() {
+        Ok(layer) => layer,
+        Err(e) => {
+            eprintln!("warning: OpenTelemetry export is off: {e:#}");
+            None
+        }
+    });
     // A second initialisation (in tests) keeps the first subscriber.
-    let _ = tracing_subscriber::registry().with(layers).try_init();
+    let _ = subscriber.try_init();
 }
 
 /// Flush what is still buffered for export (a no-op without the `otel` feature).
