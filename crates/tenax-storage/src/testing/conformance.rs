@@ -12,6 +12,7 @@ use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, Ta
 pub use super::claims::*;
 pub use super::keys::*;
 pub use super::queues::*;
+pub use super::rates::*;
 pub use super::runtime::*;
 use super::{claim_params, Harness, TaskOpts};
 use crate::{

@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 use crate::{
-    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, ReapedTask, Result, Stats,
-    Storage, StorageError, TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams,
-    TaskInsertParams, TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef,
-    WakeReceiver,
+    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams,
+    ReapedTask, Result, Stats, Storage, StorageError, TaskActionParams, TaskClaimParams,
+    TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted, TaskListParams,
+    TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
 };
 
 /// Methods that [`FaultyStorage`] can fail.
@@ -167,5 +167,14 @@ impl Storage for FaultyStorage {
     }
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
         self.inner.queue_update(params).await
+    }
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
+        self.inner.rate_limit_set(params).await
+    }
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
+        self.inner.rate_limit_list().await
+    }
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
+        self.inner.rate_limit_remove(command_type).await
     }
 }

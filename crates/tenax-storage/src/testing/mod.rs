@@ -20,6 +20,7 @@ pub mod conformance;
 mod faults;
 mod keys;
 mod queues;
+mod rates;
 pub mod runtime;
 pub mod schedules;
 
@@ -276,6 +277,11 @@ macro_rules! conformance_tests {
                 a_keyed_task_in_a_limited_queue_honours_both_limits,
                 invalid_concurrency_keys_are_refused_and_change_nothing,
                 concurrent_claimers_never_exceed_a_key_limit,
+                a_rate_limit_starts_a_burst_then_refills_by_elapsed_time,
+                a_rate_limited_task_is_not_claimed_and_spends_no_attempt,
+                a_rate_limited_type_does_not_block_other_types,
+                concurrent_claimers_never_exceed_a_rate_limit,
+                invalid_rate_limits_are_refused_and_change_nothing,
             );
         }
     };
