@@ -15,6 +15,7 @@ mod bench_delayed;
 mod config;
 mod demo;
 mod queues;
+mod rates;
 mod reference;
 mod schedules;
 mod tasks;
@@ -57,6 +58,9 @@ enum Commands {
     /// List, pause, resume and limit queues.
     #[command(subcommand)]
     Queues(queues::QueuesCommand),
+    /// List, set and remove rate limits per command type.
+    #[command(subcommand)]
+    RateLimits(rates::RateLimitsCommand),
     /// Counts by status and command type.
     Stats,
     /// Apply pending schema migrations.
@@ -163,6 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Tasks(command) => tasks::run(&client, command).await,
                 Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
+                Commands::RateLimits(command) => rates::run(&client, command).await,
                 Commands::Stats => tasks::stats(&client).await,
                 Commands::Migrate => {
                     println!("schema of {database_url} is up to date");
