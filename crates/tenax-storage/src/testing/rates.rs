@@ -144,13 +144,16 @@ pub async fn a_rate_limited_type_does_not_block_other_types(h: &Harness) {
 }
 
 /// Four claimers (separate connections, as separate nodes) race over one bucket at the
-/// same injected instant: together they get exactly the burst, then exactly the refill.
+/// same injected instant: together they get exactly the burst, then exactly each refill.
 pub async fn concurrent_claimers_never_exceed_a_rate_limit(h: &Harness) {
     const BURST: u32 = 5;
     tasks_of(h, LIMITED, 40).await;
     let t0 = later(h).await;
     set(h, LIMITED, 3.0, BURST, t0).await;
-    for (at, expected) in [(t0, BURST as usize), (t0 + TimeDelta::seconds(1), 3)] {
+    // The burst, then five refills of 3 (each round is another chance for a race).
+    let rounds = std::iter::once((t0, BURST as usize))
+        .chain((1..=5).map(|s| (t0 + TimeDelta::seconds(s), 3)));
+    for (at, expected) in rounds {
         let claimed: Arc<Mutex<usize>> = Arc::default();
         let mut joins = Vec::new();
         for claimer in 0..4 {
