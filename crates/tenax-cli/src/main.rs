@@ -16,6 +16,7 @@ mod config;
 mod demo;
 mod observe;
 mod queues;
+mod rates;
 mod reference;
 mod schedules;
 mod tasks;
@@ -64,6 +65,9 @@ enum Commands {
     /// List, pause, resume and limit queues.
     #[command(subcommand)]
     Queues(queues::QueuesCommand),
+    /// List, set and remove rate limits per command type.
+    #[command(subcommand)]
+    RateLimits(rates::RateLimitsCommand),
     /// Counts by status, command type and queue, backlogs, the oldest due task's age, and
     /// latency percentiles of recently finished tasks.
     Stats,
@@ -174,6 +178,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Tasks(command) => tasks::run(&client, command).await,
                 Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
+                Commands::RateLimits(command) => rates::run(&client, command).await,
                 Commands::Stats => top::stats(&client).await,
                 Commands::Top(args) => top::run(&client, args).await,
                 Commands::Migrate => {

@@ -9,8 +9,8 @@ use tenax_core::{
     AttemptRecord, Command, InvalidInput, Priority, QueueName, TaskId, TaskNo, TaskRecord,
 };
 use tenax_storage::{
-    QueueChange, QueueInfo, QueueUpdateParams, RunAt, Stats, Storage, TaskActionParams,
-    TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
+    QueueChange, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams, RunAt, Stats,
+    Storage, TaskActionParams, TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
 };
 
 use crate::error::Error;
@@ -327,5 +327,38 @@ impl Client {
                 now: None,
             })
             .await?)
+    }
+}
+
+impl Client {
+    /// Limit how fast tasks of a command type start across all nodes: a token bucket of
+    /// `burst` tasks refilled at `per_second` (above 0, at most 1e6; burst 1..=1e6). A
+    /// task without a token waits without spending an attempt, and other types are
+    /// claimed meanwhile. Setting it again changes the rate and burst.
+    pub async fn set_rate_limit(
+        &self,
+        command_type: &str,
+        per_second: f64,
+        burst: u32,
+    ) -> Result<RateLimit, Error> {
+        Ok(self
+            .storage
+            .rate_limit_set(&RateLimitSetParams {
+                command_type: command_type.to_owned(),
+                per_second,
+                burst,
+                now: None,
+            })
+            .await?)
+    }
+
+    /// Every rate limit, by command type.
+    pub async fn rate_limits(&self) -> Result<Vec<RateLimit>, Error> {
+        Ok(self.storage.rate_limit_list().await?)
+    }
+
+    /// Remove a command type's rate limit (not found when it has none).
+    pub async fn remove_rate_limit(&self, command_type: &str) -> Result<(), Error> {
+        Ok(self.storage.rate_limit_remove(command_type).await?)
     }
 }

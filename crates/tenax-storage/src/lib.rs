@@ -31,6 +31,7 @@ pub mod params;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue_stats;
+mod rates;
 mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -189,6 +190,20 @@ pub trait Storage: Send + Sync + 'static {
     /// how long its oldest due task has waited: what the metrics sampler reads. One
     /// read-only statement; its cost grows with the table, so call it at a bounded rate.
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>>;
+
+    /// Limit how fast tasks of a command type start, across all nodes: a token bucket of
+    /// `burst` tokens refilled at `per_second` by the database clock; each claimed task
+    /// takes one token, and a task without a token is not claimed (it spends no attempt
+    /// and blocks no task of another type). A new bucket starts full; changing a bucket
+    /// keeps its tokens (at most the new burst). Invalid settings are
+    /// [`StorageError::Invalid`] and change nothing.
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit>;
+
+    /// Every rate limit, by command type.
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>>;
+
+    /// Remove a command type's rate limit. [`StorageError::NotFound`] when missing.
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()>;
 }
 
 /// Open the backend a URL names and apply its migrations.

@@ -440,3 +440,32 @@ impl QueueStats {
             .map_or(0, |(_, n)| *n)
     }
 }
+
+/// A token bucket on one command type, as
+/// [`Storage::rate_limit_list`](crate::Storage::rate_limit_list) reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimit {
+    /// The command type it limits.
+    pub command_type: String,
+    /// Tokens added per second (tasks started per second in the long run).
+    pub per_second: f64,
+    /// Most tokens the bucket holds (tasks that may start at once after a quiet spell).
+    pub burst: u32,
+    /// Tokens left at `refilled_at`.
+    pub tokens: f64,
+    /// When the bucket was last refilled (UTC, database clock).
+    pub refilled_at: DateTime<Utc>,
+}
+
+/// [`Storage::rate_limit_set`](crate::Storage::rate_limit_set).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimitSetParams {
+    /// The command type (need not have tasks yet).
+    pub command_type: String,
+    /// Tokens per second, above 0 and at most 1e6.
+    pub per_second: f64,
+    /// Bucket size, 1..=1e6.
+    pub burst: u32,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}

@@ -9,10 +9,10 @@ use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 use tenax_storage::{
     CancelRequestedParams, Capabilities, FiredTick, Lease, LeaseExtendParams, NextRun,
     QueueBacklog, QueueBacklogParams, QueueInfo, QueueStats, QueueStatsParams, QueueUpdateParams,
-    ReapedTask, Result, ScheduleFireParams, SchedulePauseParams, ScheduleRecord,
-    ScheduleUpsertParams, ScheduleUpserted, Stats, Storage, TaskActionParams, TaskClaimParams,
-    TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted, TaskListParams,
-    TaskNextRunParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
+    RateLimit, RateLimitSetParams, ReapedTask, Result, ScheduleFireParams, SchedulePauseParams,
+    ScheduleRecord, ScheduleUpsertParams, ScheduleUpserted, Stats, Storage, TaskActionParams,
+    TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted,
+    TaskListParams, TaskNextRunParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
 };
 
 use super::names;
@@ -142,6 +142,19 @@ impl Storage for InstrumentedStorage {
     }
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
         timed("queue_update", self.inner.queue_update(params)).await
+    }
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
+        timed("rate_limit_set", self.inner.rate_limit_set(params)).await
+    }
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
+        timed("rate_limit_list", self.inner.rate_limit_list()).await
+    }
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
+        timed(
+            "rate_limit_remove",
+            self.inner.rate_limit_remove(command_type),
+        )
+        .await
     }
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
         timed("queue_stats", self.inner.queue_stats(params)).await

@@ -18,6 +18,8 @@ mod leases;
 /// Payload evolution: a task stored by one version of a command runs on the next.
 mod versions;
 
+/// Rate limits per command type, measured with real workers on PostgreSQL.
+mod rates;
 /// Periodic schedules: declared on a worker, fired by its scheduler or at an injected time.
 mod schedules;
 /// Time: delayed tasks start on time, running tasks can be cancelled.

@@ -50,6 +50,7 @@ use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 mod keys;
 mod queue_stats;
 mod queues;
+mod rates;
 mod rows;
 mod runtime;
 mod schedules;
@@ -1268,7 +1269,7 @@ impl Storage for MySqlStorage {
         if offers_nothing(params) {
             return Ok(Vec::new());
         }
-        retrying(|| self.claim_once(params)).await
+        crate::rates::claim(self, params).await
     }
 
     async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
@@ -1315,6 +1316,18 @@ impl Storage for MySqlStorage {
 
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
         self.queue_update_impl(params).await
+    }
+
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
+        self.rate_limit_set_impl(params).await
+    }
+
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
+        self.rate_limit_list_impl().await
+    }
+
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
+        self.rate_limit_remove_impl(command_type).await
     }
 
     async fn stats(&self) -> Result<Stats> {

@@ -44,6 +44,7 @@ mod claim;
 mod keys;
 mod queue_stats;
 mod queues;
+mod rates;
 mod rows;
 mod runtime;
 mod schedules;
@@ -566,7 +567,7 @@ impl Storage for PgStorage {
         if offers_nothing(params) {
             return Ok(Vec::new());
         }
-        self.timed(self.claim(params)).await
+        self.timed(crate::rates::claim(self, params)).await
     }
 
     async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
@@ -910,6 +911,18 @@ impl Storage for PgStorage {
 
     async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
         self.timed(self.queue_update_impl(params)).await
+    }
+
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
+        self.rate_limit_set_impl(params).await
+    }
+
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
+        self.rate_limit_list_impl().await
+    }
+
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
+        self.rate_limit_remove_impl(command_type).await
     }
 
     async fn stats(&self) -> Result<Stats> {

@@ -36,6 +36,7 @@ use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod queue_stats;
 mod queues;
+mod rates;
 mod rows;
 mod runtime;
 mod schedules;
@@ -315,6 +316,93 @@ async fn fetch_ref(
     row.as_ref().map(task_from_row).transpose()
 }
 
+impl SqliteStorage {
+    /// The claim without rate limits, in one `BEGIN IMMEDIATE` transaction.
+    pub(super) async fn claim_plain(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        const CLAIM: &str = "UPDATE tenax_tasks
+             SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
+                 lease_owner = ?1, lease_expires_at = ?2 + ?3,
+                 started_at = COALESCE(started_at, ?2), updated_at = ?2
+             WHERE id IN ";
+        let controls = queues::controls(&mut tx, &params.queues).await?;
+        // Tasks with a concurrency key take the restricted path (their keys are
+        // counted); without any due, the claim is the one statement below.
+        let fast = controls.is_empty() && !queues::keyed_due(&mut tx, params, now).await?;
+        let rows = if fast {
+            // The fast path: no queue of the claim is paused or limited. ?5 is a JSON
+            // list of [type, highest payload version the worker decodes]. The order is
+            // the aging key of tenax_tasks_claim_key, written as in the index so the
+            // planner walks it; a due task's key is at most now, which bounds the walk.
+            sqlx::query(&format!(
+                "{CLAIM} (
+                     SELECT id FROM tenax_tasks
+                     WHERE status IN ('pending', 'retrying') AND run_at <= ?2
+                       AND run_at - priority * {STEP_MS} <= ?2
+                       AND queue IN (SELECT value FROM json_each(?4))
+                       AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
+                                   WHERE json_extract(offer.value, '$[0]') = command_type
+                                     AND json_extract(offer.value, '$[1]') >= payload_version)
+                     ORDER BY run_at - priority * {STEP_MS}, id
+                     LIMIT ?6)
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(&params.worker)
+            .bind(now)
+            .bind(duration_ms(params.lease_ttl))
+            .bind(json_list(&params.queues))
+            .bind(json_list(&params.commands))
+            .bind(i64::from(params.limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+        } else {
+            let ids = queues::pick(&mut tx, params, now, &controls).await?;
+            sqlx::query(&format!(
+                "{CLAIM} (SELECT value FROM json_each(?4)) RETURNING {TASK_COLUMNS}"
+            ))
+            .bind(&params.worker)
+            .bind(now)
+            .bind(duration_ms(params.lease_ttl))
+            .bind(json_list(&ids))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+        };
+        let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        if tasks.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(tasks);
+        }
+        let ids = json_list(&tasks.iter().map(|t| t.id.0).collect::<Vec<_>>());
+        sqlx::query(
+            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
+             SELECT id, lease_epoch, attempt, lease_owner, ?1, 'running' FROM tenax_tasks
+             WHERE id IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(now)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        sqlx::query(
+            "DELETE FROM tenax_attempts
+             WHERE task_id IN (SELECT value FROM json_each(?1))
+               AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
+                             WHERE t.id = tenax_attempts.task_id) - ?2",
+        )
+        .bind(&ids)
+        .bind(ATTEMPT_HISTORY_LEN)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        sort_in_claim_order(&mut tasks);
+        Ok(tasks)
+    }
+}
+
 #[async_trait]
 impl Storage for SqliteStorage {
     fn backend(&self) -> &'static str {
@@ -449,87 +537,7 @@ impl Storage for SqliteStorage {
         if offers_nothing(params) {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        const CLAIM: &str = "UPDATE tenax_tasks
-             SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
-                 lease_owner = ?1, lease_expires_at = ?2 + ?3,
-                 started_at = COALESCE(started_at, ?2), updated_at = ?2
-             WHERE id IN ";
-        let controls = queues::controls(&mut tx, &params.queues).await?;
-        // Tasks with a concurrency key take the restricted path (their keys are
-        // counted); without any due, the claim is the one statement below.
-        let fast = controls.is_empty() && !queues::keyed_due(&mut tx, params, now).await?;
-        let rows = if fast {
-            // The fast path: no queue of the claim is paused or limited. ?5 is a JSON
-            // list of [type, highest payload version the worker decodes]. The order is
-            // the aging key of tenax_tasks_claim_key, written as in the index so the
-            // planner walks it; a due task's key is at most now, which bounds the walk.
-            sqlx::query(&format!(
-                "{CLAIM} (
-                     SELECT id FROM tenax_tasks
-                     WHERE status IN ('pending', 'retrying') AND run_at <= ?2
-                       AND run_at - priority * {STEP_MS} <= ?2
-                       AND queue IN (SELECT value FROM json_each(?4))
-                       AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
-                                   WHERE json_extract(offer.value, '$[0]') = command_type
-                                     AND json_extract(offer.value, '$[1]') >= payload_version)
-                     ORDER BY run_at - priority * {STEP_MS}, id
-                     LIMIT ?6)
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(&params.worker)
-            .bind(now)
-            .bind(duration_ms(params.lease_ttl))
-            .bind(json_list(&params.queues))
-            .bind(json_list(&params.commands))
-            .bind(i64::from(params.limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-        } else {
-            let ids = queues::pick(&mut tx, params, now, &controls).await?;
-            sqlx::query(&format!(
-                "{CLAIM} (SELECT value FROM json_each(?4)) RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(&params.worker)
-            .bind(now)
-            .bind(duration_ms(params.lease_ttl))
-            .bind(json_list(&ids))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-        };
-        let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-        if tasks.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(tasks);
-        }
-        let ids = json_list(&tasks.iter().map(|t| t.id.0).collect::<Vec<_>>());
-        sqlx::query(
-            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
-             SELECT id, lease_epoch, attempt, lease_owner, ?1, 'running' FROM tenax_tasks
-             WHERE id IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(now)
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        sqlx::query(
-            "DELETE FROM tenax_attempts
-             WHERE task_id IN (SELECT value FROM json_each(?1))
-               AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
-                             WHERE t.id = tenax_attempts.task_id) - ?2",
-        )
-        .bind(&ids)
-        .bind(ATTEMPT_HISTORY_LEN)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        sort_in_claim_order(&mut tasks);
-        Ok(tasks)
+        crate::rates::claim(self, params).await
     }
 
     async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
@@ -940,5 +948,17 @@ impl Storage for SqliteStorage {
 
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
         queue_stats::queue_stats(&self.pool, params.now).await
+    }
+
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
+        self.rate_limit_set_impl(params).await
+    }
+
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
+        self.rate_limit_list_impl().await
+    }
+
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
+        self.rate_limit_remove_impl(command_type).await
     }
 }

@@ -13,6 +13,7 @@ pub use super::claims::*;
 pub use super::keys::*;
 pub use super::observability::*;
 pub use super::queues::*;
+pub use super::rates::*;
 pub use super::runtime::*;
 use super::{claim_params, Harness, TaskOpts};
 use crate::{

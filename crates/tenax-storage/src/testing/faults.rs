@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 use crate::{
-    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, ReapedTask, Result, Stats,
-    Storage, StorageError, TaskActionParams, TaskClaimParams, TaskCompleteParams, TaskFailParams,
-    TaskInsertParams, TaskInserted, TaskListParams, TaskPruneParams, TaskReapParams, TaskRef,
-    WakeReceiver,
+    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams,
+    ReapedTask, Result, Stats, Storage, StorageError, TaskActionParams, TaskClaimParams,
+    TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted, TaskListParams,
+    TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
 };
 
 /// Methods that [`FaultyStorage`] can fail.
@@ -173,5 +173,14 @@ impl Storage for FaultyStorage {
         params: &crate::QueueStatsParams,
     ) -> Result<Vec<crate::QueueStats>> {
         self.inner.queue_stats(params).await
+    }
+    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
+        self.inner.rate_limit_set(params).await
+    }
+    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
+        self.inner.rate_limit_list().await
+    }
+    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
+        self.inner.rate_limit_remove(command_type).await
     }
 }

@@ -21,6 +21,7 @@ mod faults;
 mod keys;
 mod observability;
 mod queues;
+mod rates;
 pub mod runtime;
 pub mod schedules;
 
@@ -278,6 +279,11 @@ macro_rules! conformance_tests {
                 invalid_concurrency_keys_are_refused_and_change_nothing,
                 concurrent_claimers_never_exceed_a_key_limit,
                 queue_stats_count_backlog_and_oldest_age_per_queue,
+                a_rate_limit_starts_a_burst_then_refills_by_elapsed_time,
+                a_rate_limited_task_is_not_claimed_and_spends_no_attempt,
+                a_rate_limited_type_does_not_block_other_types,
+                concurrent_claimers_never_exceed_a_rate_limit,
+                invalid_rate_limits_are_refused_and_change_nothing,
             );
         }
     };

@@ -1,0 +1,16 @@
+-- Tenax schema, version 7: rate limits per command type. Additive: nodes of earlier
+-- versions keep running but know nothing of the limits (they claim limited types
+-- unthrottled): finish the deploy before setting a rate limit.
+--
+-- One token bucket per limited command type. A claim refills the buckets of its limited
+-- types by the time elapsed since refilled_ms (at most burst), takes one token per task
+-- it may claim and gives the unused ones back; SQLite has one writer at a time (BEGIN
+-- IMMEDIATE), so the buckets need no row locks. Times are milliseconds since the Unix
+-- epoch (UTC).
+CREATE TABLE tenax_rate_limits (
+    command_type TEXT PRIMARY KEY,
+    per_second REAL NOT NULL CHECK (per_second > 0 AND per_second <= 1000000),
+    burst INTEGER NOT NULL CHECK (burst BETWEEN 1 AND 1000000),
+    tokens REAL NOT NULL,
+    refilled_ms INTEGER NOT NULL
+);
