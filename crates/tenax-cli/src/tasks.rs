@@ -179,6 +179,7 @@ async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
             before_id: None,
             limit: args.limit,
             started_before,
+            ..Default::default()
         })
         .await?;
     let mut table = Table::new();
