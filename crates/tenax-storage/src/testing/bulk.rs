@@ -8,7 +8,7 @@ use tenax_core::{CompensationState, Priority, TaskId, TaskKind, TaskRecord, Task
 use super::{Harness, TaskOpts};
 use crate::{
     AuditAppendParams, AuditListParams, BulkAction, CancelRequestedParams, FailNext, Lease,
-    StorageError, TaskBulkOutcome, TaskBulkParams, TaskClaimParams, TaskCompleteParams,
+    Storage, StorageError, TaskBulkOutcome, TaskBulkParams, TaskClaimParams, TaskCompleteParams,
     TaskFailParams, TaskFilter, TaskListParams, TaskRef, BULK_IDS_MAX, BULK_LIMIT_MAX,
 };
 
@@ -649,4 +649,41 @@ pub async fn audit_entries_list_newest_first_with_cursor_and_filters(h: &Harness
         5,
         "a refused entry is not stored"
     );
+}
+
+pub async fn a_faulty_storage_forwards_bulk_actions_and_the_audit_log(h: &Harness) {
+    let faulty = super::FaultyStorage::new(h.storage.clone());
+    let task = h.task(TaskOpts::default()).await;
+    let outcome = faulty
+        .task_bulk(&TaskBulkParams {
+            filter: TaskFilter {
+                ids: Some(vec![task.id]),
+                ..Default::default()
+            },
+            action: BulkAction::Cancel,
+            limit: 1,
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.changed, 1);
+    assert_eq!(get(h, task.id).await.status, TaskStatus::Cancelled);
+    let record = faulty
+        .audit_append(&AuditAppendParams {
+            actor: "cli:alice".into(),
+            action: "tasks.bulk_cancel".into(),
+            target: format!("ids={}", task.id),
+            details: serde_json::json!({"changed": 1}),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let listed = faulty
+        .audit_list(&AuditListParams {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed, vec![record]);
 }

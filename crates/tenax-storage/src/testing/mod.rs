@@ -293,6 +293,7 @@ macro_rules! conformance_tests {
                 a_bulk_filter_value_is_data_not_sql,
                 list_filters_tasks_by_creation_time,
                 audit_entries_list_newest_first_with_cursor_and_filters,
+                a_faulty_storage_forwards_bulk_actions_and_the_audit_log,
             );
         }
     };
