@@ -56,6 +56,11 @@ pub mod metrics {
     pub use tenax_runtime::metrics::*;
 }
 
+/// The sqlx version Tenax uses: open the transactions given to the backends'
+/// `enqueue_in` functions (`tenax::storage::postgres::enqueue_in`, and the same in
+/// `sqlite` and `mysql`) with it, so the types match.
+pub use tenax_storage::sqlx;
+
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {
     pub use tenax_storage::*;

@@ -159,4 +159,10 @@ impl Storage for InstrumentedStorage {
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
         timed("queue_stats", self.inner.queue_stats(params)).await
     }
+    async fn task_insert_many(
+        &self,
+        params: &tenax_storage::TaskInsertManyParams,
+    ) -> Result<Vec<tenax_storage::TaskInsertOutcome>> {
+        timed("task_insert_many", self.inner.task_insert_many(params)).await
+    }
 }

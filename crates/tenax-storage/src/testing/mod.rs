@@ -15,6 +15,7 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
+pub mod bulk;
 mod claims;
 pub mod conformance;
 mod faults;
@@ -24,6 +25,7 @@ mod queues;
 mod rates;
 pub mod runtime;
 pub mod schedules;
+pub mod workflows;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -284,6 +286,15 @@ macro_rules! conformance_tests {
                 a_rate_limited_type_does_not_block_other_types,
                 concurrent_claimers_never_exceed_a_rate_limit,
                 invalid_rate_limits_are_refused_and_change_nothing,
+                a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
+                an_invalid_task_in_a_bulk_insert_inserts_nothing,
+                concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
+                a_child_waits_blocked_until_all_its_parents_succeeded,
+                fan_out_and_fan_in_with_a_thousand_children_stay_efficient,
+                a_dead_or_cancelled_parent_cancels_its_dependents_transitively,
+                with_run_anyway_dependents_run_once_every_parent_finished,
+                cycles_and_unknown_references_are_refused_and_insert_nothing,
+                a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
             );
         }
     };
