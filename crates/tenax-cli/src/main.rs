@@ -12,8 +12,10 @@ use clap::{Args, Parser, Subcommand};
 mod bank;
 mod bench;
 mod bench_delayed;
+mod bench_enqueue;
 mod config;
 mod demo;
+mod flow;
 mod observe;
 mod queues;
 mod rates;
@@ -22,6 +24,7 @@ mod schedules;
 mod tasks;
 mod top;
 mod worker;
+mod workflows;
 
 /// `tenax --version`: the package version and the commit it was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TENAX_COMMIT"), ")");
@@ -68,6 +71,9 @@ enum Commands {
     /// List, set and remove rate limits per command type.
     #[command(subcommand)]
     RateLimits(rates::RateLimitsCommand),
+    /// List workflows and show one with its tasks.
+    #[command(subcommand)]
+    Workflows(workflows::WorkflowsCommand),
     /// Counts by status, command type and queue, backlogs, the oldest due task's age, and
     /// latency percentiles of recently finished tasks.
     Stats,
@@ -89,7 +95,8 @@ enum Commands {
         #[arg(value_parser = ["cli", "config", "metrics"])]
         which: String,
     },
-    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP) until interrupted.
+    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP, FLOW_STEP) until
+    /// interrupted.
     Worker(worker::WorkerArgs),
 }
 
@@ -179,6 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::RateLimits(command) => rates::run(&client, command).await,
+                Commands::Workflows(command) => workflows::run(&client, command).await,
                 Commands::Stats => top::stats(&client).await,
                 Commands::Top(args) => top::run(&client, args).await,
                 Commands::Migrate => {
