@@ -273,3 +273,60 @@ macro_rules! per_backend {
 }
 
 per_backend!(sqlite, postgres, mysql);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_are_listed_and_shown_from_the_cli() {
+    let (dir, url) = fresh("sqlite").await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    let step = |value: i64| client.enqueue_raw("FLOW_STEP", &json!({ "value": value }));
+    let flow = Workflow::new("nightly-report")
+        .task("extract", step(1).task_no("cli-extract"))
+        .task("load", step(2).task_no("cli-load"))
+        .after(["extract"]);
+    let id = client.enqueue_workflow(flow).await.unwrap().workflow.id;
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+            .args(["--database-url", &url])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let list = run(&["workflows", "list"]);
+    assert!(list.contains("nightly-report"), "{list}");
+    assert!(list.contains("running"), "{list}");
+    assert!(list.contains("1 pending, 1 blocked"), "{list}");
+    assert!(list.contains("1 workflow(s)"), "{list}");
+    let show = run(&["workflows", "show", &id.to_string()]);
+    assert!(
+        show.contains("cli-extract") && show.contains("cli-load"),
+        "{show}"
+    );
+    let load_line = show.lines().find(|l| l.contains("cli-load")).unwrap();
+    assert!(
+        load_line.contains("blocked") && load_line.contains("extract"),
+        "{load_line}"
+    );
+    // Run it, then it shows as succeeded.
+    let ledger = dir.path().join("ledger.db");
+    let mut worker = spawn_worker(&url, &ledger);
+    wait_for("the workflow succeeds", Duration::from_secs(30), || async {
+        let w = client.workflow(id).await.unwrap().unwrap();
+        (w.workflow.state == WorkflowState::Succeeded).then_some(())
+    })
+    .await;
+    stop(&mut worker);
+    let show = run(&["workflows", "show", &id.to_string()]);
+    assert!(show.contains("succeeded"), "{show}");
+    let missing = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["--database-url", &url, "workflows", "show", "999"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
+}
