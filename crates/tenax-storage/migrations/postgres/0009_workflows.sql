@@ -25,6 +25,10 @@ ALTER TABLE tenax_tasks
     ADD COLUMN workflow_key TEXT,
     ADD COLUMN waiting_parents INTEGER NOT NULL DEFAULT 0;
 
+-- Blocked tasks, for the count-down: the children of a finished parent are found
+-- through tenax_task_deps and matched here, without reading the rest of the table.
+CREATE INDEX tenax_tasks_blocked ON tenax_tasks (id) WHERE status = 'blocked';
+
 CREATE INDEX tenax_tasks_workflow ON tenax_tasks (workflow_id, status)
     WHERE workflow_id IS NOT NULL;
 

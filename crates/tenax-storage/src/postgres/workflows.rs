@@ -122,15 +122,9 @@ async fn workflow_of(
     )))
 }
 
-/// One parent of each child of `parent` finished: count it down; a child at zero
-/// becomes `pending` (due now, or later if it was delayed). Returns how many did, and
-/// wakes their queues.
-async fn count_down_children(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    parent: TaskId,
-) -> Result<u64> {
-    let queues: Vec<(String,)> = sqlx::query_as(&format!(
+/// Counts down the children of `$2` and unblocks those at zero (`$1`: clock override).
+fn count_down_sql() -> String {
+    format!(
         "WITH moved AS (
              UPDATE tenax_tasks
              SET status = CASE WHEN waiting_parents <= 1 THEN 'pending' ELSE status END,
@@ -142,12 +136,59 @@ async fn count_down_children(
                AND status = 'blocked'
              RETURNING status, queue)
          SELECT queue FROM moved WHERE status = 'pending'"
-    ))
-    .bind(now)
-    .bind(parent.0)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(map_err)?;
+    )
+}
+
+/// Cancels every blocked descendant of `$2` with the error `$3` (`$1`: clock override).
+fn cancel_sql() -> String {
+    format!(
+        "WITH RECURSIVE down(id) AS (
+             SELECT child_id FROM tenax_task_deps WHERE parent_id = $2
+             UNION
+             SELECT d.child_id FROM tenax_task_deps d JOIN down ON d.parent_id = down.id)
+         UPDATE tenax_tasks
+         SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}, last_error = $3
+         WHERE id IN (SELECT id FROM down) AND status = 'blocked'"
+    )
+}
+
+impl super::PgStorage {
+    /// The query plans of the statements that move a finished task's dependents (for
+    /// the DBA, and for the test that keeps them on index scans).
+    #[doc(hidden)]
+    pub async fn explain_workflow_propagation(&self, parent: TaskId) -> Result<String> {
+        let mut plans = Vec::new();
+        for (sql, with_reason) in [(count_down_sql(), false), (cancel_sql(), true)] {
+            let explain = format!("EXPLAIN (COSTS OFF) {sql}");
+            let mut query = sqlx::query(&explain)
+                .bind(None::<DateTime<Utc>>)
+                .bind(parent.0);
+            if with_reason {
+                query = query.bind("explain");
+            }
+            let rows = query.fetch_all(self.pool()).await.map_err(map_err)?;
+            for row in rows {
+                plans.push(row.try_get::<String, _>(0).map_err(map_err)?);
+            }
+        }
+        Ok(plans.join("\n"))
+    }
+}
+
+/// One parent of each child of `parent` finished: count it down; a child at zero
+/// becomes `pending` (due now, or later if it was delayed). Returns how many did, and
+/// wakes their queues.
+async fn count_down_children(
+    tx: &mut Transaction<'static, Postgres>,
+    now: Option<DateTime<Utc>>,
+    parent: TaskId,
+) -> Result<u64> {
+    let queues: Vec<(String,)> = sqlx::query_as(&count_down_sql())
+        .bind(now)
+        .bind(parent.0)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(map_err)?;
     let mut distinct: Vec<&str> = queues.iter().map(|(q,)| q.as_str()).collect();
     distinct.sort_unstable();
     distinct.dedup();
@@ -163,24 +204,16 @@ async fn cancel_dependents(
     now: Option<DateTime<Utc>>,
     task: &TaskRecord,
 ) -> Result<()> {
-    sqlx::query(&format!(
-        "WITH RECURSIVE down(id) AS (
-             SELECT child_id FROM tenax_task_deps WHERE parent_id = $2
-             UNION
-             SELECT d.child_id FROM tenax_task_deps d JOIN down ON d.parent_id = down.id)
-         UPDATE tenax_tasks
-         SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}, last_error = $3
-         WHERE id IN (SELECT id FROM down) AND status = 'blocked'"
-    ))
-    .bind(now)
-    .bind(task.id.0)
-    .bind(format!(
-        "cancelled: task {} (#{}) it depends on ended {}",
-        task.task_no, task.id, task.status
-    ))
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
+    sqlx::query(&cancel_sql())
+        .bind(now)
+        .bind(task.id.0)
+        .bind(format!(
+            "cancelled: task {} (#{}) it depends on ended {}",
+            task.task_no, task.id, task.status
+        ))
+        .execute(&mut **tx)
+        .await
+        .map_err(map_err)?;
     Ok(())
 }
 
