@@ -15,6 +15,16 @@ fn bulk(prefix: &str, n: usize) -> TaskInsertManyParams {
     }
 }
 
+/// A two-task workflow for order `order`: `ship` after `pack`.
+fn flow(order: &str) -> tenax_storage::WorkflowInsertParams {
+    tenax_storage::testing::workflows::workflow(
+        &format!("flow-{order}"),
+        tenax_storage::WorkflowKind::Dag,
+        tenax_storage::WorkflowPolicy::CancelDependents,
+        &[("pack", &[]), ("ship", &["pack"])],
+    )
+}
+
 async fn exists(storage: &dyn Storage, no: &str) -> bool {
     storage
         .task_get(&TaskRef::No(tenax_core::TaskNo::new(no).unwrap()))
@@ -29,7 +39,7 @@ macro_rules! transactional_tests {
     ($name:ident, $module:ident, $storage:ty, $harness:path, $orders:expr, $insert_order:expr) => {
         mod $name {
             use super::*;
-            use tenax_storage::$module::{enqueue_in, enqueue_many_in};
+            use tenax_storage::$module::{enqueue_in, enqueue_many_in, enqueue_workflow_in};
 
             /// The harness keeps the database alive; the storage is a second
             /// connection to it, as the application's own pool would be.
@@ -75,10 +85,18 @@ macro_rules! transactional_tests {
                     enqueue_in(&mut tx, &other).await,
                     Err(tenax_storage::StorageError::TaskNoConflict { .. })
                 ));
+                let flow = enqueue_workflow_in(&mut tx, &flow("o-1")).await.unwrap();
                 tx.commit().await.unwrap();
                 assert!(exists(&storage, "ship-o-1").await);
                 assert!(exists(&storage, "pack-o-1-499").await);
-                assert_eq!(storage.stats().await.unwrap().total(), 501);
+                assert_eq!(storage.stats().await.unwrap().total(), 503);
+                let stored = storage
+                    .workflow_get(flow.workflow.id)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(stored.tasks.len(), 2);
+                assert_eq!(stored.tasks[1].task.status, tenax_core::TaskStatus::Blocked);
                 assert_eq!(orders(&storage).await, 1);
             }
 
@@ -102,7 +120,16 @@ macro_rules! transactional_tests {
                 enqueue_many_in(&mut tx, &bulk("pack-o-2", 500))
                     .await
                     .unwrap();
+                enqueue_workflow_in(&mut tx, &flow("o-2")).await.unwrap();
                 tx.rollback().await.unwrap();
+                assert!(storage
+                    .workflow_list(&tenax_storage::WorkflowListParams {
+                        before_id: None,
+                        limit: 10
+                    })
+                    .await
+                    .unwrap()
+                    .is_empty());
                 assert!(!exists(&storage, "ship-o-2").await);
                 assert_eq!(storage.stats().await.unwrap().total(), 0);
                 assert_eq!(orders(&storage).await, 0);
