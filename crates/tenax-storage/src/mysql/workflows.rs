@@ -297,6 +297,8 @@ pub(super) async fn after_finish(
             let step = fetch_ref(&mut **tx, &TaskRef::Id(step), Lock::No)
                 .await?
                 .ok_or_else(|| crate::StorageError::NotFound(step.to_string()))?;
+            // A failed compensation retried by hand: the saga goes on compensating.
+            set_state(tx, id, "compensation_failed", "compensating", now).await?;
             compensate_before(tx, id, &step, now).await?;
         } else if task.status == TaskStatus::Dead {
             set_state(tx, id, "compensating", "compensation_failed", now).await?;

@@ -307,6 +307,8 @@ pub(super) async fn after_finish(
             let step = fetch_ref(&mut **tx, &TaskRef::Id(step))
                 .await?
                 .ok_or_else(|| crate::StorageError::NotFound(step.to_string()))?;
+            // A failed compensation retried by hand: the saga goes on compensating.
+            set_state(tx, now, id, "compensation_failed", "compensating").await?;
             compensate_before(tx, now, id, &step).await?;
         } else if task.status == TaskStatus::Dead {
             set_state(tx, now, id, "compensating", "compensation_failed").await?;

@@ -488,4 +488,28 @@ pub async fn a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order(h:
     step(h, "s2~", false).await;
     assert_eq!(state(h, &bad).await, WorkflowState::CompensationFailed);
     assert!(h.claim("w", 10, None).await.is_empty());
+    // The operator retries the dead compensation: the chain goes on to the end.
+    let dead = h
+        .storage
+        .task_list(&TaskListParams {
+            status: Some(TaskStatus::Dead),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.kind == TaskKind::Compensate)
+        .unwrap();
+    h.storage
+        .task_retry(&TaskActionParams {
+            task: TaskRef::Id(dead.id),
+            now: None,
+        })
+        .await
+        .unwrap();
+    step(h, "s2~", true).await;
+    assert_eq!(state(h, &bad).await, WorkflowState::Compensating);
+    step(h, "s1~", true).await;
+    assert_eq!(state(h, &bad).await, WorkflowState::Compensated);
 }
