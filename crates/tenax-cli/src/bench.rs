@@ -21,6 +21,8 @@ pub(crate) enum BenchCommand {
     Latency(LatencyArgs),
     /// How late delayed tasks start after their run time on an idle worker.
     Delayed(crate::bench_delayed::DelayedArgs),
+    /// Enqueue rate, one task per transaction against bulk enqueue.
+    Enqueue(crate::bench_enqueue::EnqueueArgs),
 }
 
 #[derive(Debug, Args)]
@@ -43,6 +45,7 @@ pub(crate) async fn run(database_url: &str, command: BenchCommand) -> anyhow::Re
     match command {
         BenchCommand::Latency(args) => latency(database_url, args).await,
         BenchCommand::Delayed(args) => crate::bench_delayed::delayed(database_url, args).await,
+        BenchCommand::Enqueue(args) => crate::bench_enqueue::enqueue(database_url, args).await,
     }
 }
 

@@ -13,9 +13,11 @@ mod audit;
 mod bank;
 mod bench;
 mod bench_delayed;
+mod bench_enqueue;
 mod bulk;
 mod config;
 mod demo;
+mod flow;
 mod observe;
 mod queues;
 mod rates;
@@ -24,6 +26,7 @@ mod schedules;
 mod tasks;
 mod top;
 mod worker;
+mod workflows;
 
 /// `tenax --version`: the package version and the commit it was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TENAX_COMMIT"), ")");
@@ -73,6 +76,9 @@ enum Commands {
     /// The audit log: who cancelled, retried, paused or changed what, and when.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// List workflows and show one with its tasks.
+    #[command(subcommand)]
+    Workflows(workflows::WorkflowsCommand),
     /// Counts by status, command type and queue, backlogs, the oldest due task's age, and
     /// latency percentiles of recently finished tasks.
     Stats,
@@ -94,7 +100,8 @@ enum Commands {
         #[arg(value_parser = ["cli", "config", "metrics"])]
         which: String,
     },
-    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP) until interrupted.
+    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP, FLOW_STEP) until
+    /// interrupted.
     Worker(worker::WorkerArgs),
 }
 
@@ -185,6 +192,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::RateLimits(command) => rates::run(&client, command).await,
                 Commands::Audit(command) => audit::run(&client, command).await,
+                Commands::Workflows(command) => workflows::run(&client, command).await,
                 Commands::Stats => top::stats(&client).await,
                 Commands::Top(args) => top::run(&client, args).await,
                 Commands::Migrate => {

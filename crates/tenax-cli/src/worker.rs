@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tenax::Command;
 
 use crate::bank::{BankBehaviour, BankOpenAccount, FlakyBank, Noop};
+use crate::flow::FlowStep;
 use crate::parse_duration;
 
 #[derive(Debug, Clone, Args)]
@@ -35,7 +36,8 @@ pub(crate) struct WorkerArgs {
     /// Record every execution in this execution-ledger file (for tests).
     #[arg(long, value_name = "PATH")]
     ledger: Option<PathBuf>,
-    /// Built-in commands to register (repeat for several): BANK_OPEN_ACCOUNT, NOOP.
+    /// Built-in commands to register (repeat for several): BANK_OPEN_ACCOUNT, NOOP,
+    /// FLOW_STEP.
     /// Defaults to all of them.
     #[arg(long = "command", value_name = "TYPE")]
     commands: Vec<String>,
@@ -87,7 +89,7 @@ impl BankArgs {
 
     /// The demo registry plus the other built-ins, limited to `only` when not empty.
     fn registry_of(&self, only: &[String]) -> anyhow::Result<Registry> {
-        const KNOWN: [&str; 2] = [BankOpenAccount::TYPE, Noop::TYPE];
+        const KNOWN: [&str; 3] = [BankOpenAccount::TYPE, Noop::TYPE, FlowStep::TYPE];
         if let Some(unknown) = only.iter().find(|c| !KNOWN.contains(&c.as_str())) {
             anyhow::bail!(
                 "unknown built-in command {unknown:?} (known: {})",
@@ -102,6 +104,9 @@ impl BankArgs {
         };
         if wanted(Noop::TYPE) {
             registry.register(Noop)?;
+        }
+        if wanted(FlowStep::TYPE) {
+            registry.register(FlowStep)?;
         }
         Ok(registry)
     }

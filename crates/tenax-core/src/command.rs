@@ -82,7 +82,8 @@ pub trait Command: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Output, CommandError>> + Send;
 
     /// Undo what the command may have done, once its task is dead (attempts used up or
-    /// a permanent error). It runs durably as a linked task, with its own retries, and
+    /// a permanent error), or, for a step of a saga that succeeded, once a later step
+    /// died. It runs durably as a linked task, with its own retries, and
     /// is recorded as finished exactly once; make its side effects idempotent with
     /// [`TaskContext::idempotency_key`]. The cause of death is in
     /// [`TaskContext::cause`]. Defaults to no compensation.
@@ -169,6 +170,7 @@ pub struct TaskContext {
     cause: Option<String>,
     cancellation: CancellationToken,
     concurrency_key: Option<String>,
+    pub(crate) parents: Option<crate::parents::Parents>,
 }
 
 impl TaskContext {
@@ -196,6 +198,7 @@ impl TaskContext {
             cause,
             cancellation,
             concurrency_key: None,
+            parents: None,
         }
     }
 

@@ -16,6 +16,7 @@
 mod command;
 mod error;
 mod hook;
+mod parents;
 mod registry;
 pub mod retry;
 pub mod schedule;
@@ -25,6 +26,7 @@ mod task;
 pub use command::{Command, TaskContext};
 pub use error::{CommandError, ResultExt};
 pub use hook::{ExecutionHook, ExecutionOutcome, HookFuture};
+pub use parents::{ParentResult, ParentSource, Parents, ParentsFuture};
 pub use registry::{defaults_of, CommandDefaults, DynHandler, Registry, RegistryError};
 pub use retry::{Backoff, BackoffFn, Jitter, LoadAware, RetryPolicy};
 pub use schedule::{Cadence, MissedTicks, Schedule, ScheduleDef};

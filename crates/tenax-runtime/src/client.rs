@@ -10,7 +10,8 @@ use tenax_core::{
 };
 use tenax_storage::{
     QueueChange, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams, RunAt, Stats,
-    Storage, TaskActionParams, TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
+    Storage, TaskActionParams, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams,
+    TaskInserted, TaskListParams, TaskRef,
 };
 
 use crate::error::Error;
@@ -119,6 +120,27 @@ impl Client {
         }
     }
 
+    /// Enqueue many tasks in one transaction (a statement per chunk of rows), each
+    /// built as for a single enqueue (`client.enqueue::<C>(ctx).task_no(..)`). Each
+    /// `task_no` is idempotent as for [`enqueue`](Client::enqueue): an existing task with
+    /// the same type and payload is reported as existing, one with another type or
+    /// payload as a conflict for that item (the other items are still inserted). The
+    /// answers are per item, in order. An invalid item refuses the whole call; nothing
+    /// is inserted then.
+    pub async fn enqueue_many<'a>(
+        &self,
+        tasks: impl IntoIterator<Item = Enqueue<'a>>,
+    ) -> Result<Vec<TaskInsertOutcome>, Error> {
+        let tasks = tasks
+            .into_iter()
+            .map(Enqueue::into_params)
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(self
+            .storage
+            .task_insert_many(&TaskInsertManyParams { tasks, now: None })
+            .await?)
+    }
+
     /// A task by id or number.
     pub async fn get(&self, task: &TaskRef) -> Result<Option<TaskRecord>, Error> {
         Ok(self.storage.task_get(task).await?)
@@ -169,6 +191,14 @@ pub struct Enqueue<'a> {
 }
 
 impl Enqueue<'_> {
+    /// The insert this builder makes, without making it: for
+    /// [`Client::enqueue_many`] and for the backends' `enqueue_in` functions, which
+    /// insert inside a transaction of the caller's (for example
+    /// `tenax::storage::postgres::enqueue_in`).
+    pub fn into_params(self) -> Result<TaskInsertParams, Error> {
+        self.params
+    }
+
     fn map(mut self, f: impl FnOnce(&mut TaskInsertParams) -> Result<(), Error>) -> Self {
         if let Ok(params) = &mut self.params {
             if let Err(e) = f(params) {

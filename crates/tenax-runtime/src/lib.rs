@@ -23,9 +23,11 @@ pub mod metrics;
 pub mod scheduler;
 mod timer;
 mod worker;
+mod workflow;
 
 pub use chrono_tz::Tz;
 pub use client::{Client, Enqueue};
 pub use config::{BackgroundQueue, ConfigError, OffPeak, WorkerConfig};
 pub use error::Error;
 pub use worker::Worker;
+pub use workflow::Workflow;

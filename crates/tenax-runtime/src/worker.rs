@@ -518,7 +518,10 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         death_cause(shared, &task).await,
         cancellation.clone(),
     )
-    .with_concurrency_key(task.concurrency_key.clone());
+    .with_concurrency_key(task.concurrency_key.clone())
+    .with_parents(Arc::new(crate::workflow::StorageParents(
+        shared.storage.clone(),
+    )));
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
         let error = "no handler registered for this command type".to_owned();

@@ -290,6 +290,62 @@ pub(crate) fn pick_keyed(
     ids
 }
 
+/// Check every task of a bulk insert before any reaches the database; returns the
+/// parsed payloads in order. A refusal names the item (`tasks[3].payload`).
+pub(crate) fn validate_many(tasks: &[TaskInsertParams]) -> Result<Vec<Value>> {
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(i, task)| {
+            validate_insert(task).map_err(|err| match err {
+                StorageError::Invalid(invalid) => InvalidInput::new(
+                    invalid.field,
+                    format!("(task {i}, task_no {}) {}", task.task_no, invalid.reason),
+                )
+                .into(),
+                other => other,
+            })
+        })
+        .collect()
+}
+
+/// The per-item answer of a bulk insert. `created` holds the rows this call inserted
+/// and `existing` the rows that held a number before, both by `task_no`. The first
+/// item of a number the call inserted is `Created`; a later item of the same number
+/// (in the same call) is compared with it, as a repeat in a later call would be.
+pub(crate) fn resolve_many(
+    tasks: &[TaskInsertParams],
+    payloads: &[Value],
+    mut created: std::collections::HashMap<String, TaskRecord>,
+    existing: &std::collections::HashMap<String, TaskRecord>,
+) -> Result<Vec<crate::TaskInsertOutcome>> {
+    use crate::TaskInsertOutcome;
+    let mut seen: std::collections::HashMap<&str, TaskRecord> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(tasks.len());
+    for (task, payload) in tasks.iter().zip(payloads) {
+        let no = task.task_no.as_str();
+        if let Some(record) = created.remove(no) {
+            seen.insert(no, record.clone());
+            out.push(TaskInsertOutcome::Created(record));
+            continue;
+        }
+        let stored = seen
+            .get(no)
+            .or_else(|| existing.get(no))
+            .cloned()
+            .ok_or_else(|| StorageError::NotFound(task.task_no.to_string()))?;
+        out.push(match existing_or_conflict(stored.clone(), task, payload) {
+            Ok(_) => TaskInsertOutcome::Existing(stored),
+            Err(StorageError::TaskNoConflict { field, .. }) => TaskInsertOutcome::Conflict {
+                existing: stored,
+                field,
+            },
+            Err(other) => return Err(other),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod keyed_tests {
     use super::*;

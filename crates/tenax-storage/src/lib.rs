@@ -38,6 +38,7 @@ mod schedules;
 pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod workflows;
 
 pub use bulk::{
     AUDIT_ACTION_MAX_BYTES, AUDIT_ACTOR_MAX_BYTES, AUDIT_DETAILS_MAX_BYTES, AUDIT_LIST_MAX,
@@ -46,6 +47,14 @@ pub use bulk::{
 pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
 pub use error::{Result, StorageError};
 pub use params::*;
+/// The sqlx version Tenax is built with, so a caller's transaction has the types the
+/// `enqueue_in` functions of each backend take.
+pub use sqlx;
+pub use workflows::{
+    ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowKind,
+    WorkflowListParams, WorkflowPolicy, WorkflowRecord, WorkflowState, WorkflowTask,
+    WorkflowTaskParams,
+};
 
 /// Longest error text stored per attempt, in bytes; longer errors are truncated.
 pub const ERROR_MAX_BYTES: usize = 4096;
@@ -230,6 +239,42 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Lists recorded operator actions, newest first.
     async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>>;
+
+    /// Insert many tasks in one transaction (a statement per chunk of rows), each as
+    /// [`Storage::task_insert`] would: a `task_no` that exists with the same type and
+    /// payload is that task, one with another type or payload is reported as a
+    /// conflict for that item, and the other items are inserted. Answers per item, in
+    /// the order given. Every task is checked first: one invalid task refuses the call
+    /// and inserts nothing.
+    async fn task_insert_many(
+        &self,
+        params: &TaskInsertManyParams,
+    ) -> Result<Vec<TaskInsertOutcome>>;
+
+    /// Insert a workflow in one transaction: its row, its tasks (a task with parents
+    /// waits `blocked`) and its dependencies. Keys, references, cycles, a saga's chain
+    /// and every task are checked first; a refusal ([`StorageError::Invalid`]) inserts
+    /// nothing, as does a `task_no` that already exists.
+    ///
+    /// Afterwards, the transaction that finishes a task of the workflow also moves its
+    /// dependents: when it succeeded, their counts of unfinished parents drop by one
+    /// and those at zero become `pending`; when it died or was cancelled, its
+    /// dependents are cancelled, transitively ([`WorkflowPolicy::CancelDependents`]),
+    /// or counted down as on success ([`WorkflowPolicy::RunAnyway`]). In a saga, a
+    /// step that dies is compensated and then the steps before it that succeeded, in
+    /// reverse order, each compensation scheduled by the transaction that finishes the
+    /// previous one; the saga's state is written by the transaction that decides it.
+    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail>;
+
+    /// A workflow and its tasks, or `None`.
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>>;
+
+    /// Workflows, newest first.
+    async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>>;
+
+    /// The parents of a task in its workflow, with their results (empty for a task
+    /// without parents).
+    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

@@ -522,6 +522,17 @@ pub struct TaskBulkParams {
     pub now: Option<DateTime<Utc>>,
 }
 
+/// [`Storage::task_insert_many`](crate::Storage::task_insert_many).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TaskInsertManyParams {
+    /// The tasks, each checked as by
+    /// [`Storage::task_insert`](crate::Storage::task_insert) (their own `now` fields are
+    /// ignored: the call has one clock).
+    pub tasks: Vec<TaskInsertParams>,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
 /// What [`Storage::task_bulk`](crate::Storage::task_bulk) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TaskBulkOutcome {
@@ -574,4 +585,57 @@ pub struct AuditListParams {
     pub actor: Option<String>,
     /// Only this action.
     pub action: Option<String>,
+}
+
+/// What [`Storage::task_insert_many`](crate::Storage::task_insert_many) did with one
+/// task, in the order the tasks were given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskInsertOutcome {
+    /// A new task.
+    Created(TaskRecord),
+    /// The `task_no` existed with the same type and payload: that task.
+    Existing(TaskRecord),
+    /// The `task_no` existed with another command type or payload (`field`); nothing was
+    /// written for this item.
+    Conflict {
+        /// The task that holds the number.
+        existing: TaskRecord,
+        /// `command type` or `payload`.
+        field: &'static str,
+    },
+}
+
+impl TaskInsertOutcome {
+    /// The task the item names (new, existing, or the one it conflicts with).
+    pub fn task(&self) -> &TaskRecord {
+        match self {
+            TaskInsertOutcome::Created(task) | TaskInsertOutcome::Existing(task) => task,
+            TaskInsertOutcome::Conflict { existing, .. } => existing,
+        }
+    }
+
+    /// Whether the item made a new task.
+    pub fn created(&self) -> bool {
+        matches!(self, TaskInsertOutcome::Created(_))
+    }
+
+    /// The answer [`Storage::task_insert`](crate::Storage::task_insert) gives for it.
+    pub fn into_inserted(self) -> crate::Result<TaskInserted> {
+        match self {
+            TaskInsertOutcome::Created(task) => Ok(TaskInserted {
+                task,
+                created: true,
+            }),
+            TaskInsertOutcome::Existing(task) => Ok(TaskInserted {
+                task,
+                created: false,
+            }),
+            TaskInsertOutcome::Conflict { existing, field } => {
+                Err(crate::StorageError::TaskNoConflict {
+                    task_no: existing.task_no.to_string(),
+                    field,
+                })
+            }
+        }
+    }
 }

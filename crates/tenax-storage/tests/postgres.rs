@@ -72,3 +72,65 @@ async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() 
         "the backlog is sorted on every claim:\n{plan}"
     );
 }
+
+#[tokio::test]
+async fn unblocking_and_cancelling_dependents_walk_indexes() {
+    use tenax_storage::testing::workflows::workflow;
+    use tenax_storage::{WorkflowKind, WorkflowPolicy};
+
+    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let storage = PgStorage::connect(&format!(
+        "{url}{separator}schema={}",
+        unique_name("tenax_t")
+    ))
+    .await
+    .unwrap();
+    storage.migrate().await.unwrap();
+    // A table of finished tasks, as in production, and a 1,000-wide fan-out.
+    sqlx::query(
+        "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
+             max_attempts, run_at, timeout_ms, created_at, updated_at)
+         SELECT 'T' || g, 'NOOP', '{}', 'default', 5, 'succeeded', 5, now(), 1000, now(), now()
+         FROM generate_series(1, 100000) g",
+    )
+    .execute(storage.pool())
+    .await
+    .unwrap();
+    // Other workflows' dependencies.
+    sqlx::query(
+        "INSERT INTO tenax_task_deps (parent_id, child_id)
+         SELECT -g, -g - 1 FROM generate_series(1, 100000) g",
+    )
+    .execute(storage.pool())
+    .await
+    .unwrap();
+    let children: Vec<String> = (0..1000).map(|i| format!("c{i}")).collect();
+    let mut spec: Vec<(&str, &[&str])> = vec![("root", &[])];
+    let root: &[&str] = &["root"];
+    spec.extend(children.iter().map(|c| (c.as_str(), root)));
+    let detail = storage
+        .workflow_insert(&workflow(
+            "plan",
+            WorkflowKind::Dag,
+            WorkflowPolicy::CancelDependents,
+            &spec,
+        ))
+        .await
+        .unwrap();
+    for table in ["tenax_tasks", "tenax_task_deps"] {
+        sqlx::query(&format!("ANALYZE {table}"))
+            .execute(storage.pool())
+            .await
+            .unwrap();
+    }
+    let plan = storage
+        .explain_workflow_propagation(detail.tasks[0].task.id)
+        .await
+        .unwrap();
+    // The parent's children through the dependency key, never a scan of either table.
+    assert!(plan.contains("tenax_task_deps_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}

@@ -42,12 +42,16 @@
 pub use tenax_core::{
     defaults_of, AttemptOutcome, AttemptRecord, Backoff, Command, CommandDefaults, CommandError,
     CompensationState, ExecutionHook, ExecutionOutcome, HookFuture, InvalidInput, Jitter,
-    LoadAware, Priority, QueueName, Registry, RegistryError, ResultExt, RetryPolicy, TaskContext,
-    TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
+    LoadAware, ParentResult, Priority, QueueName, Registry, RegistryError, ResultExt, RetryPolicy,
+    TaskContext, TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
 pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{
     BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Tz, Worker, WorkerConfig,
+    Workflow,
+};
+pub use tenax_storage::{
+    TaskInsertOutcome, WorkflowDetail, WorkflowId, WorkflowPolicy, WorkflowRecord, WorkflowState,
 };
 
 /// Metrics: the catalogue, the storage wrapper, the database sampler and (feature
@@ -55,6 +59,11 @@ pub use tenax_runtime::{
 pub mod metrics {
     pub use tenax_runtime::metrics::*;
 }
+
+/// The sqlx version Tenax uses: open the transactions given to the backends'
+/// `enqueue_in` functions (`tenax::storage::postgres::enqueue_in`, and the same in
+/// `sqlite` and `mysql`) with it, so the types match.
+pub use tenax_storage::sqlx;
 
 /// The storage seam and its backends (internal interface; may change in any release).
 pub mod storage {

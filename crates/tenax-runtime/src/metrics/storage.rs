@@ -169,4 +169,31 @@ impl Storage for InstrumentedStorage {
     async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
         timed("audit_list", self.inner.audit_list(params)).await
     }
+    async fn task_insert_many(
+        &self,
+        params: &tenax_storage::TaskInsertManyParams,
+    ) -> Result<Vec<tenax_storage::TaskInsertOutcome>> {
+        timed("task_insert_many", self.inner.task_insert_many(params)).await
+    }
+    async fn workflow_insert(
+        &self,
+        params: &tenax_storage::WorkflowInsertParams,
+    ) -> Result<tenax_storage::WorkflowDetail> {
+        timed("workflow_insert", self.inner.workflow_insert(params)).await
+    }
+    async fn workflow_get(
+        &self,
+        id: tenax_storage::WorkflowId,
+    ) -> Result<Option<tenax_storage::WorkflowDetail>> {
+        timed("workflow_get", self.inner.workflow_get(id)).await
+    }
+    async fn workflow_list(
+        &self,
+        params: &tenax_storage::WorkflowListParams,
+    ) -> Result<Vec<tenax_storage::WorkflowRecord>> {
+        timed("workflow_list", self.inner.workflow_list(params)).await
+    }
+    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<tenax_storage::ParentOutcome>> {
+        timed("task_parent_results", self.inner.task_parent_results(id)).await
+    }
 }

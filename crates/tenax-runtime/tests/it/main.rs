@@ -24,3 +24,5 @@ mod rates;
 mod schedules;
 /// Time: delayed tasks start on time, running tasks can be cancelled.
 mod timing;
+/// Bulk enqueue and workflows from the client.
+mod workflows;

@@ -40,15 +40,20 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensation_task_no, duration_ms, existing_or_conflict, offers_nothing, refusal,
-    sort_in_claim_order, truncate_error, validate_insert,
+    compensation_task_no, offers_nothing, refusal, sort_in_claim_order, truncate_error,
+    validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
+use crate::workflows::{
+    ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
+    WorkflowRecord,
+};
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod audit;
 mod bulk;
+mod insert;
 mod keys;
 mod queue_stats;
 mod queues;
@@ -56,8 +61,11 @@ mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod workflows;
 
+pub use insert::{enqueue_in, enqueue_many_in};
 use rows::{task_from_row, TASK_COLUMNS};
+pub use workflows::enqueue_workflow_in;
 
 /// The migrations of this backend. A database that records migrations this binary
 /// does not know (a newer node migrated it) is accepted: migrations are additive, so
@@ -560,63 +568,20 @@ async fn lock_leased(
 
 /// One attempt at each write; [`retrying`] runs them again after a lock conflict.
 impl MySqlStorage {
+    /// Insert tasks in one transaction, then wake this process's workers if any is new.
     async fn insert_once(
         &self,
-        params: &TaskInsertParams,
-        payload: &serde_json::Value,
-    ) -> Result<TaskInserted> {
+        tasks: &[TaskInsertParams],
+        payloads: &[serde_json::Value],
+        now: Option<DateTime<Utc>>,
+    ) -> Result<Vec<TaskInsertOutcome>> {
         let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let run_at = match params.run_at {
-            RunAt::Now => now,
-            RunAt::In(delay) => plus(now, delay),
-            RunAt::At(at) => storable(at),
-        };
-        let inserted = sqlx::query(
-            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
-                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
-                 concurrency_key, concurrency_limit)
-             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(params.task_no.as_str())
-        .bind(&params.command_type)
-        .bind(&params.payload)
-        .bind(i64::from(params.payload_version))
-        .bind(&params.queue)
-        .bind(i64::from(params.priority.get()))
-        .bind(i64::from(params.max_attempts))
-        .bind(run_at)
-        .bind(duration_ms(params.timeout))
-        .bind(now)
-        .bind(now)
-        .bind(params.concurrency_key.as_deref())
-        .bind(i64::from(params.concurrency_limit))
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(done) => {
-                let id = i64::try_from(done.last_insert_id())
-                    .map_err(|_| StorageError::Corrupt("id out of range".into()))?;
-                let task = fetch_id(&mut tx, TaskId(id)).await?;
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                Ok(TaskInserted {
-                    task,
-                    created: true,
-                })
-            }
-            // The task_no exists. InnoDB reports the duplicate only once the other
-            // insert committed (it waits for its lock first), and keeps a shared lock on
-            // the entry until this transaction ends, so the row is there to read.
-            Err(err) if mysql_error_number(&err) == Some(ER_DUP_ENTRY) => {
-                let existing = fetch_ref(&mut *tx, &TaskRef::No(params.task_no.clone()), Lock::No)
-                    .await?
-                    .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
-                tx.rollback().await.map_err(map_err)?;
-                existing_or_conflict(existing, params, payload)
-            }
-            Err(err) => Err(map_err(err)),
+        let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+        tx.commit().await.map_err(map_err)?;
+        if outcomes.iter().any(TaskInsertOutcome::created) {
+            self.wake();
         }
+        Ok(outcomes)
     }
 
     async fn claim_once(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
@@ -869,7 +834,13 @@ impl MySqlStorage {
         if task.kind == TaskKind::Compensate {
             record_compensation(&mut tx, task.parent_id, params.compensation, now).await?;
         }
+        let mut done = task;
+        done.status = TaskStatus::Succeeded;
+        let woke = workflows::after_finish(&mut tx, &done, now).await?;
         tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
+        }
         Ok(true)
     }
 
@@ -936,9 +907,12 @@ impl MySqlStorage {
             AttemptOutcome::Failed
         };
         close_attempt(&mut tx, params.lease, outcome, Some(error), now).await?;
-        if dead {
+        if dead || cancel {
             let task = fetch_id(&mut tx, task.id).await?;
-            on_death(&mut tx, &task, now).await?;
+            if dead {
+                on_death(&mut tx, &task, now).await?;
+            }
+            workflows::after_finish(&mut tx, &task, now).await?;
         }
         tx.commit().await.map_err(map_err)?;
         self.wake();
@@ -1019,6 +993,9 @@ impl MySqlStorage {
             if task.status == TaskStatus::Dead {
                 on_death(&mut tx, task, now).await?;
             }
+            if task.status.is_finished() {
+                workflows::after_finish(&mut tx, task, now).await?;
+            }
         }
         tx.commit().await.map_err(map_err)?;
         if !tasks.is_empty() {
@@ -1075,7 +1052,11 @@ impl MySqlStorage {
         .await
         .map_err(map_err)?;
         let task = fetch_id(&mut tx, task.id).await?;
+        let woke = workflows::after_finish(&mut tx, &task, now).await?;
         tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
+        }
         Ok(task)
     }
 
@@ -1222,7 +1203,13 @@ impl Storage for MySqlStorage {
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
         let payload = validate_insert(params)?;
-        retrying(|| self.insert_once(params, &payload)).await
+        let tasks = std::slice::from_ref(params);
+        let payloads = std::slice::from_ref(&payload);
+        let mut outcomes = retrying(|| self.insert_once(tasks, payloads, params.now)).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?
+            .into_inserted()
     }
 
     async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
@@ -1426,5 +1413,40 @@ impl Storage for MySqlStorage {
 
     async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
         self.audit_list_impl(params).await
+    }
+
+    async fn task_insert_many(
+        &self,
+        params: &TaskInsertManyParams,
+    ) -> Result<Vec<TaskInsertOutcome>> {
+        let payloads = crate::common::validate_many(&params.tasks)?;
+        retrying(|| self.insert_once(&params.tasks, &payloads, params.now)).await
+    }
+
+    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
+        let detail = retrying(|| async {
+            let mut tx = self.begin().await?;
+            let detail = workflows::insert(&mut tx, params).await?;
+            tx.commit().await.map_err(map_err)?;
+            Ok(detail)
+        })
+        .await?;
+        self.wake();
+        Ok(detail)
+    }
+
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::get(&mut conn, id).await
+    }
+
+    async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::list(&mut conn, params).await
+    }
+
+    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::parent_results(&mut conn, id).await
     }
 }

@@ -33,16 +33,21 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, offers_nothing,
-    refusal, split_ref, stale_compensation, truncate_error, validate_insert,
+    compensated_epoch, compensation_task_no, duration_ms, offers_nothing, refusal, split_ref,
+    stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
+use crate::workflows::{
+    ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
+    WorkflowRecord,
+};
 use crate::{Capabilities, Storage, WakeReceiver};
 
 mod audit;
 mod bulk;
 mod claim;
+mod insert;
 mod keys;
 mod queue_stats;
 mod queues;
@@ -50,8 +55,11 @@ mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod workflows;
 
+pub use insert::{enqueue_in, enqueue_many_in};
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
+pub use workflows::enqueue_workflow_in;
 
 /// The migrations of this backend. A database that records migrations this binary
 /// does not know (a newer node migrated it) is accepted: migrations are additive, so
@@ -223,6 +231,25 @@ impl PgStorage {
                 format!("no answer from PostgreSQL within {:?}", self.call_timeout).into(),
             )),
         }
+    }
+
+    /// Insert tasks in one transaction, then wake this process's workers if any is new.
+    async fn insert_committed(
+        &self,
+        tasks: &[TaskInsertParams],
+        payloads: &[serde_json::Value],
+        now: Option<DateTime<Utc>>,
+    ) -> Result<Vec<TaskInsertOutcome>> {
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+            tx.commit().await.map_err(map_err)?;
+            if outcomes.iter().any(TaskInsertOutcome::created) {
+                self.wake();
+            }
+            Ok(outcomes)
+        })
+        .await
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
@@ -464,60 +491,17 @@ impl Storage for PgStorage {
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
         let payload = validate_insert(params)?;
-        let (run_at, delay_ms) = match params.run_at {
-            RunAt::Now => (None, 0),
-            RunAt::In(delay) => (None, duration_ms(delay)),
-            RunAt::At(at) => (Some(at), 0),
-        };
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let inserted = sqlx::query(&format!(
-                "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                     max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version,
-                     concurrency_key, concurrency_limit)
-                 VALUES ($2, 'execute', $3, $4, $5, $6, 'pending', $7,
-                         COALESCE($8, {NOW} + $9::float8 * interval '1 millisecond'), $10, {NOW}, {NOW},
-                         $11, $12, $13)
-                 ON CONFLICT (task_no) DO NOTHING
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(params.task_no.as_str())
-            .bind(&params.command_type)
-            .bind(&params.payload)
-            .bind(&params.queue)
-            .bind(i16::from(params.priority.get()))
-            .bind(i32::try_from(params.max_attempts).unwrap_or(i32::MAX))
-            .bind(run_at)
-            .bind(delay_ms as f64)
-            .bind(duration_ms(params.timeout))
-            .bind(i32::try_from(params.payload_version).unwrap_or(i32::MAX))
-            .bind(params.concurrency_key.as_deref())
-            .bind(i32::try_from(params.concurrency_limit).unwrap_or(i32::MAX))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some(row) = inserted {
-                let task = task_from_row(&row)?;
-                // Every insert notifies, due or delayed: a delayed task may be due before
-                // the timer other workers have armed, and they re-arm on the hint.
-                notify(&mut tx, &task.queue).await?;
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                return Ok(TaskInserted {
-                    task,
-                    created: true,
-                });
-            }
-            // ON CONFLICT waited for any concurrent insert of this number to commit;
-            // this statement's snapshot sees it.
-            let existing = fetch_ref(&mut *tx, &TaskRef::No(params.task_no.clone()))
-                .await?
-                .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
-            tx.commit().await.map_err(map_err)?;
-            existing_or_conflict(existing, params, &payload)
-        })
-        .await
+        let mut outcomes = self
+            .insert_committed(
+                std::slice::from_ref(params),
+                std::slice::from_ref(&payload),
+                params.now,
+            )
+            .await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?
+            .into_inserted()
     }
 
     async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
@@ -616,7 +600,7 @@ impl Storage for PgStorage {
                  SET status = 'succeeded', result = $2, finished_at = {NOW}, updated_at = {NOW},
                      lease_owner = NULL, lease_expires_at = NULL
                  WHERE id = $3 AND status = 'running' AND lease_epoch = $4
-                 RETURNING kind, parent_id"
+                 RETURNING {TASK_COLUMNS}, workflow_id"
             ))
             .bind(params.now)
             .bind(params.result.as_deref())
@@ -629,8 +613,8 @@ impl Storage for PgStorage {
                 tx.rollback().await.map_err(map_err)?;
                 return Ok(false);
             };
-            let kind: String = row.try_get("kind").map_err(map_err)?;
-            let parent: Option<i64> = row.try_get("parent_id").map_err(map_err)?;
+            let task = task_from_row(&row)?;
+            let workflow: Option<i64> = row.try_get("workflow_id").map_err(map_err)?;
             close_attempt(
                 &mut tx,
                 params.now,
@@ -639,11 +623,21 @@ impl Storage for PgStorage {
                 None,
             )
             .await?;
-            if kind == TaskKind::Compensate.as_str() {
-                record_compensation(&mut tx, params.now, parent.map(TaskId), params.compensation)
+            if task.kind == TaskKind::Compensate {
+                record_compensation(&mut tx, params.now, task.parent_id, params.compensation)
                     .await?;
             }
+            // Only a workflow's tasks (and compensations, which may belong to a saga)
+            // move other tasks.
+            let woke = if workflow.is_some() || task.kind == TaskKind::Compensate {
+                workflows::after_finish(&mut tx, params.now, &task).await?
+            } else {
+                false
+            };
             tx.commit().await.map_err(map_err)?;
+            if woke {
+                self.wake();
+            }
             Ok(true)
         })
         .await
@@ -708,6 +702,9 @@ impl Storage for PgStorage {
             } else if delay_ms == 0 && task.status == TaskStatus::Retrying {
                 notify(&mut tx, &task.queue).await?;
             }
+            if task.status.is_finished() {
+                workflows::after_finish(&mut tx, params.now, &task).await?;
+            }
             tx.commit().await.map_err(map_err)?;
             self.wake();
             Ok(true)
@@ -763,6 +760,9 @@ impl Storage for PgStorage {
                 } else {
                     notify(&mut tx, &task.queue).await?;
                 }
+                if task.status.is_finished() {
+                    workflows::after_finish(&mut tx, params.now, task).await?;
+                }
             }
             tx.commit().await.map_err(map_err)?;
             if !tasks.is_empty() {
@@ -797,7 +797,11 @@ impl Storage for PgStorage {
             .map_err(map_err)?;
             if let Some(row) = row {
                 let task = task_from_row(&row)?;
+                let woke = workflows::after_finish(&mut tx, params.now, &task).await?;
                 tx.commit().await.map_err(map_err)?;
+                if woke {
+                    self.wake();
+                }
                 return Ok(task);
             }
             let current = fetch_ref(&mut *tx, &params.task).await?;
@@ -929,6 +933,50 @@ impl Storage for PgStorage {
 
     async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
         self.rate_limit_remove_impl(command_type).await
+    }
+
+    async fn task_insert_many(
+        &self,
+        params: &TaskInsertManyParams,
+    ) -> Result<Vec<TaskInsertOutcome>> {
+        let payloads = crate::common::validate_many(&params.tasks)?;
+        self.insert_committed(&params.tasks, &payloads, params.now)
+            .await
+    }
+
+    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let detail = workflows::insert(&mut tx, params).await?;
+            tx.commit().await.map_err(map_err)?;
+            self.wake();
+            Ok(detail)
+        })
+        .await
+    }
+
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
+        self.timed(async {
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            workflows::get(&mut conn, id).await
+        })
+        .await
+    }
+
+    async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
+        self.timed(async {
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            workflows::list(&mut conn, params).await
+        })
+        .await
+    }
+
+    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
+        self.timed(async {
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            workflows::parent_results(&mut conn, id).await
+        })
+        .await
     }
 
     async fn stats(&self) -> Result<Stats> {

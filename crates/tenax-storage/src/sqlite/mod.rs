@@ -26,24 +26,31 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, existing_or_conflict, json_list,
-    offers_nothing, refusal, sort_in_claim_order, split_ref, stale_compensation, truncate_error,
-    validate_insert,
+    compensated_epoch, compensation_task_no, duration_ms, json_list, offers_nothing, refusal,
+    sort_in_claim_order, split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::params::*;
+use crate::workflows::{
+    ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
+    WorkflowRecord,
+};
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod audit;
 mod bulk;
+mod insert;
 mod queue_stats;
 mod queues;
 mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod workflows;
 
+pub use insert::{enqueue_in, enqueue_many_in};
 use rows::{ms, task_from_row, TASK_COLUMNS};
+pub use workflows::enqueue_workflow_in;
 
 const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 /// `tenax_core::PRIORITY_AGING_STEP` in ms, as written in the index
@@ -319,6 +326,23 @@ async fn fetch_ref(
 }
 
 impl SqliteStorage {
+    /// Insert tasks in one `BEGIN IMMEDIATE` transaction, then wake this process's
+    /// workers if any task is new.
+    async fn insert_committed(
+        &self,
+        tasks: &[TaskInsertParams],
+        payloads: &[serde_json::Value],
+        now: Option<DateTime<Utc>>,
+    ) -> Result<Vec<TaskInsertOutcome>> {
+        let mut tx = self.begin().await?;
+        let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+        tx.commit().await.map_err(map_err)?;
+        if outcomes.iter().any(TaskInsertOutcome::created) {
+            self.wake();
+        }
+        Ok(outcomes)
+    }
+
     /// The claim without rate limits, in one `BEGIN IMMEDIATE` transaction.
     pub(super) async fn claim_plain(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
         let mut tx = self.begin().await?;
@@ -449,51 +473,17 @@ impl Storage for SqliteStorage {
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
         let payload = validate_insert(params)?;
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let run_at = match params.run_at {
-            RunAt::Now => now,
-            RunAt::In(delay) => now.saturating_add(duration_ms(delay)),
-            RunAt::At(at) => at.timestamp_millis(),
-        };
-        let inserted = sqlx::query(&format!(
-            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
-                 priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
-                 concurrency_key, concurrency_limit)
-             VALUES (?, 'execute', ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (task_no) DO NOTHING
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(params.task_no.as_str())
-        .bind(&params.command_type)
-        .bind(&params.payload)
-        .bind(i64::from(params.payload_version))
-        .bind(&params.queue)
-        .bind(i64::from(params.priority.get()))
-        .bind(i64::from(params.max_attempts))
-        .bind(run_at)
-        .bind(duration_ms(params.timeout))
-        .bind(now)
-        .bind(now)
-        .bind(params.concurrency_key.as_deref())
-        .bind(i64::from(params.concurrency_limit))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if let Some(row) = inserted {
-            let task = task_from_row(&row)?;
-            tx.commit().await.map_err(map_err)?;
-            self.wake();
-            return Ok(TaskInserted {
-                task,
-                created: true,
-            });
-        }
-        let existing = fetch_ref(&mut *tx, &TaskRef::No(params.task_no.clone()))
-            .await?
-            .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?;
-        tx.commit().await.map_err(map_err)?;
-        existing_or_conflict(existing, params, &payload)
+        let mut outcomes = self
+            .insert_committed(
+                std::slice::from_ref(params),
+                std::slice::from_ref(&payload),
+                params.now,
+            )
+            .await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?
+            .into_inserted()
     }
 
     async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
@@ -608,7 +598,11 @@ impl Storage for SqliteStorage {
         if task.kind == TaskKind::Compensate {
             record_compensation(&mut tx, task.parent_id, params.compensation, now).await?;
         }
+        let woke = workflows::after_finish(&mut tx, &task, now).await?;
         tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
+        }
         Ok(true)
     }
 
@@ -668,6 +662,9 @@ impl Storage for SqliteStorage {
         if dead {
             on_death(&mut tx, &task, now).await?;
         }
+        if task.status.is_finished() {
+            workflows::after_finish(&mut tx, &task, now).await?;
+        }
         tx.commit().await.map_err(map_err)?;
         self.wake();
         Ok(true)
@@ -718,6 +715,9 @@ impl Storage for SqliteStorage {
             if task.status == TaskStatus::Dead {
                 on_death(&mut tx, task, now).await?;
             }
+            if task.status.is_finished() {
+                workflows::after_finish(&mut tx, task, now).await?;
+            }
         }
         tx.commit().await.map_err(map_err)?;
         if !tasks.is_empty() {
@@ -751,7 +751,11 @@ impl Storage for SqliteStorage {
         match row {
             Some(row) => {
                 let task = task_from_row(&row)?;
+                let woke = workflows::after_finish(&mut tx, &task, now).await?;
                 tx.commit().await.map_err(map_err)?;
+                if woke {
+                    self.wake();
+                }
                 Ok(task)
             }
             None => {
@@ -978,5 +982,36 @@ impl Storage for SqliteStorage {
 
     async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
         self.audit_list_impl(params).await
+    }
+    async fn task_insert_many(
+        &self,
+        params: &TaskInsertManyParams,
+    ) -> Result<Vec<TaskInsertOutcome>> {
+        let payloads = crate::common::validate_many(&params.tasks)?;
+        self.insert_committed(&params.tasks, &payloads, params.now)
+            .await
+    }
+
+    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
+        let mut tx = self.begin().await?;
+        let detail = workflows::insert(&mut tx, params).await?;
+        tx.commit().await.map_err(map_err)?;
+        self.wake();
+        Ok(detail)
+    }
+
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::get(&mut conn, id).await
+    }
+
+    async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::list(&mut conn, params).await
+    }
+
+    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::parent_results(&mut conn, id).await
     }
 }

@@ -10,12 +10,25 @@ use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
 pub use super::bulk::*;
+pub use super::bulk_insert::{
+    a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
+    an_invalid_task_in_a_bulk_insert_inserts_nothing,
+    concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
+};
 pub use super::claims::*;
 pub use super::keys::*;
 pub use super::observability::*;
 pub use super::queues::*;
 pub use super::rates::*;
 pub use super::runtime::*;
+pub use super::workflows::{
+    a_child_waits_blocked_until_all_its_parents_succeeded,
+    a_dead_or_cancelled_parent_cancels_its_dependents_transitively,
+    a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
+    cycles_and_unknown_references_are_refused_and_insert_nothing,
+    fan_out_and_fan_in_with_a_thousand_children_stay_efficient,
+    with_run_anyway_dependents_run_once_every_parent_finished,
+};
 use super::{claim_params, Harness, TaskOpts};
 use crate::{
     FailNext, Lease, LeaseExtendParams, RunAt, StorageError, TaskActionParams, TaskCompleteParams,

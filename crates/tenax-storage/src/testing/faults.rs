@@ -193,4 +193,28 @@ impl Storage for FaultyStorage {
     async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
         self.inner.audit_list(params).await
     }
+    async fn task_insert_many(
+        &self,
+        params: &crate::TaskInsertManyParams,
+    ) -> Result<Vec<crate::TaskInsertOutcome>> {
+        self.inner.task_insert_many(params).await
+    }
+    async fn workflow_insert(
+        &self,
+        params: &crate::WorkflowInsertParams,
+    ) -> Result<crate::WorkflowDetail> {
+        self.inner.workflow_insert(params).await
+    }
+    async fn workflow_get(&self, id: crate::WorkflowId) -> Result<Option<crate::WorkflowDetail>> {
+        self.inner.workflow_get(id).await
+    }
+    async fn workflow_list(
+        &self,
+        params: &crate::WorkflowListParams,
+    ) -> Result<Vec<crate::WorkflowRecord>> {
+        self.inner.workflow_list(params).await
+    }
+    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<crate::ParentOutcome>> {
+        self.inner.task_parent_results(id).await
+    }
 }

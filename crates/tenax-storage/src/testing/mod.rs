@@ -16,6 +16,7 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
 mod bulk;
+pub mod bulk_insert;
 mod claims;
 pub mod conformance;
 mod faults;
@@ -25,6 +26,7 @@ mod queues;
 mod rates;
 pub mod runtime;
 pub mod schedules;
+pub mod workflows;
 
 pub use faults::{FaultyStorage, StorageMethod};
 
@@ -294,6 +296,15 @@ macro_rules! conformance_tests {
                 list_filters_tasks_by_creation_time,
                 audit_entries_list_newest_first_with_cursor_and_filters,
                 a_faulty_storage_forwards_bulk_actions_and_the_audit_log,
+                a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
+                an_invalid_task_in_a_bulk_insert_inserts_nothing,
+                concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
+                a_child_waits_blocked_until_all_its_parents_succeeded,
+                fan_out_and_fan_in_with_a_thousand_children_stay_efficient,
+                a_dead_or_cancelled_parent_cancels_its_dependents_transitively,
+                with_run_anyway_dependents_run_once_every_parent_finished,
+                cycles_and_unknown_references_are_refused_and_insert_nothing,
+                a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
             );
         }
     };

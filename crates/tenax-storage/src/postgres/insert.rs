@@ -1,0 +1,198 @@
+//! Inserting tasks: one `INSERT ... SELECT FROM UNNEST(...)` per chunk of rows, shared
+//! by `task_insert`, `task_insert_many` and the functions that insert inside a caller's
+//! transaction.
+use std::collections::{BTreeSet, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, Postgres, Transaction};
+use tenax_core::TaskRecord;
+
+use super::rows::{task_from_row, TASK_COLUMNS};
+use super::{map_err, WAKE_CHANNEL};
+use crate::common::{duration_ms, resolve_many, validate_insert, validate_many};
+use crate::error::Result;
+use crate::params::{
+    RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
+};
+
+/// Rows per statement (each column is one array parameter, so this only bounds the
+/// size of one statement's arrays).
+const CHUNK: usize = 5_000;
+
+/// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
+/// number of parents.
+pub(super) struct WorkflowRows<'a> {
+    pub(super) id: i64,
+    pub(super) keys: Vec<&'a str>,
+    pub(super) waiting: Vec<i32>,
+}
+
+/// Insert `tasks` (already validated, `payloads` their parsed payloads) on `conn`, inside
+/// the caller's transaction, and send one `NOTIFY` per queue that got a new task (it is
+/// delivered when the transaction commits); nothing is committed here. With `workflow`,
+/// the tasks belong to it: each gets its key, and one with parents waits `blocked`.
+pub(super) async fn insert_many(
+    conn: &mut PgConnection,
+    tasks: &[TaskInsertParams],
+    payloads: &[Value],
+    now: Option<DateTime<Utc>>,
+    workflow: Option<&WorkflowRows<'_>>,
+) -> Result<Vec<TaskInsertOutcome>> {
+    let mut created: HashMap<String, TaskRecord> = HashMap::new();
+    for (c, chunk) in tasks.chunks(CHUNK).enumerate() {
+        let range = c * CHUNK..c * CHUNK + chunk.len();
+        let (workflow_id, keys, waiting): (Option<i64>, &[&str], &[i32]) = match workflow {
+            Some(w) => (Some(w.id), &w.keys[range.clone()], &w.waiting[range]),
+            None => (None, &[], &[]),
+        };
+        let mut task_no = Vec::with_capacity(chunk.len());
+        let mut command_type = Vec::with_capacity(chunk.len());
+        let mut payload = Vec::with_capacity(chunk.len());
+        let mut queue = Vec::with_capacity(chunk.len());
+        let mut priority = Vec::with_capacity(chunk.len());
+        let mut max_attempts = Vec::with_capacity(chunk.len());
+        let mut run_at = Vec::with_capacity(chunk.len());
+        let mut delay_ms = Vec::with_capacity(chunk.len());
+        let mut timeout_ms = Vec::with_capacity(chunk.len());
+        let mut payload_version = Vec::with_capacity(chunk.len());
+        let mut key = Vec::with_capacity(chunk.len());
+        let mut key_limit = Vec::with_capacity(chunk.len());
+        for task in chunk {
+            let (at, delay) = match task.run_at {
+                RunAt::Now => (None, 0),
+                RunAt::In(delay) => (None, duration_ms(delay)),
+                RunAt::At(at) => (Some(at), 0),
+            };
+            task_no.push(task.task_no.as_str());
+            command_type.push(task.command_type.as_str());
+            payload.push(task.payload.as_str());
+            queue.push(task.queue.as_str());
+            priority.push(i16::from(task.priority.get()));
+            max_attempts.push(i32::try_from(task.max_attempts).unwrap_or(i32::MAX));
+            run_at.push(at);
+            delay_ms.push(delay as f64);
+            timeout_ms.push(duration_ms(task.timeout));
+            payload_version.push(i32::try_from(task.payload_version).unwrap_or(i32::MAX));
+            key.push(task.concurrency_key.as_deref());
+            key_limit.push(i32::try_from(task.concurrency_limit).unwrap_or(i32::MAX));
+        }
+        // Ids follow the order given (ORDER BY the ordinality).
+        let rows = sqlx::query(&format!(
+            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
+                 max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version,
+                 concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents)
+             SELECT t.task_no, 'execute', t.command_type, t.payload, t.queue, t.priority,
+                    CASE WHEN COALESCE(w.waiting, 0) > 0 THEN 'blocked' ELSE 'pending' END,
+                    t.max_attempts,
+                    COALESCE(t.run_at, COALESCE($1::timestamptz, now())
+                             + t.delay_ms * interval '1 millisecond'),
+                    t.timeout_ms, COALESCE($1::timestamptz, now()), COALESCE($1::timestamptz, now()),
+                    t.payload_version, t.concurrency_key, t.concurrency_limit,
+                    $14::bigint, w.key, COALESCE(w.waiting, 0)
+             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int2[], $7::int4[],
+                         $8::timestamptz[], $9::float8[], $10::int8[], $11::int4[], $12::text[],
+                         $13::int4[])
+                  WITH ORDINALITY AS t(task_no, command_type, payload, queue, priority,
+                                       max_attempts, run_at, delay_ms, timeout_ms,
+                                       payload_version, concurrency_key, concurrency_limit, n)
+             LEFT JOIN UNNEST($15::text[], $16::int4[]) WITH ORDINALITY AS w(key, waiting, n)
+                    ON w.n = t.n
+             ORDER BY t.n
+             ON CONFLICT (task_no) DO NOTHING
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(&task_no)
+        .bind(&command_type)
+        .bind(&payload)
+        .bind(&queue)
+        .bind(&priority)
+        .bind(&max_attempts)
+        .bind(&run_at)
+        .bind(&delay_ms)
+        .bind(&timeout_ms)
+        .bind(&payload_version)
+        .bind(&key)
+        .bind(&key_limit)
+        .bind(workflow_id)
+        .bind(keys)
+        .bind(waiting)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        for row in &rows {
+            let task = task_from_row(row)?;
+            created.insert(task.task_no.to_string(), task);
+        }
+    }
+    // Every insert notifies, due or delayed: a delayed task may be due before the timer
+    // other workers have armed, and they re-arm on the hint.
+    let queues: BTreeSet<&str> = created.values().map(|t| t.queue.as_str()).collect();
+    for queue in queues {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(WAKE_CHANNEL)
+            .bind(queue)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    }
+    // ON CONFLICT waited for any concurrent insert of these numbers to commit; this
+    // statement's snapshot sees them.
+    let missing: Vec<&str> = tasks
+        .iter()
+        .map(|t| t.task_no.as_str())
+        .filter(|no| !created.contains_key(*no))
+        .collect();
+    let mut existing = HashMap::new();
+    for chunk in missing.chunks(CHUNK) {
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE task_no = ANY($1)"
+        ))
+        .bind(chunk)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        for row in &rows {
+            let task = task_from_row(row)?;
+            existing.insert(task.task_no.to_string(), task);
+        }
+    }
+    resolve_many(tasks, payloads, created, &existing)
+}
+
+/// Insert a task inside the caller's open transaction: the task exists if and only if
+/// that transaction commits. Same rules as
+/// [`Storage::task_insert`](crate::Storage::task_insert) (a conflicting `task_no` is
+/// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)). The wake-up
+/// `NOTIFY` is part of the transaction, so workers hear of the task at the commit. The
+/// transaction must reach Tenax's tables (same database and, with `?schema=`, a
+/// `search_path` that names the schema).
+pub async fn enqueue_in(
+    tx: &mut Transaction<'_, Postgres>,
+    params: &TaskInsertParams,
+) -> Result<TaskInserted> {
+    let payload = validate_insert(params)?;
+    let mut outcomes = insert_many(
+        tx,
+        std::slice::from_ref(params),
+        std::slice::from_ref(&payload),
+        params.now,
+        None,
+    )
+    .await?;
+    outcomes
+        .pop()
+        .ok_or_else(|| crate::StorageError::NotFound(params.task_no.to_string()))?
+        .into_inserted()
+}
+
+/// Insert many tasks inside the caller's open transaction, as
+/// [`Storage::task_insert_many`](crate::Storage::task_insert_many) does in its own.
+pub async fn enqueue_many_in(
+    tx: &mut Transaction<'_, Postgres>,
+    params: &TaskInsertManyParams,
+) -> Result<Vec<TaskInsertOutcome>> {
+    let payloads = validate_many(&params.tasks)?;
+    insert_many(tx, &params.tasks, &payloads, params.now, None).await
+}
