@@ -7,10 +7,15 @@
 //! meanwhile is left alone. Every filter value is a bound parameter.
 use sqlx::{MySql, QueryBuilder, Transaction};
 
-use super::{clock, map_err, push_list, retrying, storable, DbTime, MySqlStorage};
+use super::{
+    clock, fetch_ref, map_err, push_list, retrying, storable, workflows, DbTime, Lock, MySqlStorage,
+};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::error::Result;
+use crate::error::StorageError;
+use crate::params::TaskRef;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
+use tenax_core::{TaskId, TaskStatus};
 
 /// Append `WHERE id IN (<the pick>)`: the tasks in `statuses` matching the filter and
 /// `extra`, lowest ids first, at most `limit`.
@@ -63,10 +68,28 @@ async fn cancel(
     params: &TaskBulkParams,
     now: DbTime,
     limit: u64,
-) -> Result<TaskBulkOutcome> {
+) -> Result<(TaskBulkOutcome, bool)> {
     let mut outcome = TaskBulkOutcome::default();
+    let mut woke = false;
     let statuses = statuses_for(params, false);
     if !statuses.is_empty() {
+        // The waiting tasks of workflows this cancel may reach, locked first: those the
+        // cancel below changes move their dependents as a single cancel does.
+        let mut qb = QueryBuilder::new("SELECT id FROM tenax_tasks");
+        push_pick(
+            &mut qb,
+            params,
+            &statuses,
+            " AND kind = 'execute' AND workflow_id IS NOT NULL",
+            limit,
+            None,
+        );
+        qb.push(" AND status IN ('pending', 'retrying', 'blocked') FOR UPDATE");
+        let in_workflows: Vec<i64> = qb
+            .build_query_scalar()
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(map_err)?;
         let mut qb =
             QueryBuilder::new("UPDATE tenax_tasks SET status = 'cancelled', finished_at = ");
         qb.push_bind(now).push(", updated_at = ").push_bind(now);
@@ -80,6 +103,14 @@ async fn cancel(
         );
         qb.push(" AND status IN ('pending', 'retrying', 'blocked') AND kind = 'execute'");
         outcome.changed = run(tx, qb).await?;
+        for id in in_workflows {
+            let task = fetch_ref(&mut **tx, &TaskRef::Id(TaskId(id)), Lock::No)
+                .await?
+                .ok_or_else(|| StorageError::NotFound(id.to_string()))?;
+            if task.status == TaskStatus::Cancelled {
+                woke |= workflows::after_finish(tx, &task, now).await?;
+            }
+        }
     }
     let statuses = statuses_for(params, true);
     let left = limit - outcome.changed;
@@ -97,7 +128,7 @@ async fn cancel(
         qb.push(" AND status = 'running' AND kind = 'execute' AND cancel_requested_at IS NULL");
         outcome.cancel_requested = run(tx, qb).await?;
     }
-    Ok(outcome)
+    Ok((outcome, woke))
 }
 
 impl MySqlStorage {
@@ -105,8 +136,13 @@ impl MySqlStorage {
         let limit = u64::from(params.limit);
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        let mut woke = false;
         let outcome = match params.action {
-            BulkAction::Cancel => cancel(&mut tx, params, now, limit).await?,
+            BulkAction::Cancel => {
+                let (outcome, moved) = cancel(&mut tx, params, now, limit).await?;
+                woke = moved;
+                outcome
+            }
             BulkAction::Retry => {
                 let statuses = statuses_for(params, false);
                 let mut changed = 0;
@@ -154,7 +190,7 @@ impl MySqlStorage {
             }
         };
         tx.commit().await.map_err(map_err)?;
-        if outcome.changed > 0 && !matches!(params.action, BulkAction::Cancel) {
+        if woke || (outcome.changed > 0 && !matches!(params.action, BulkAction::Cancel)) {
             self.wake();
         }
         Ok(outcome)

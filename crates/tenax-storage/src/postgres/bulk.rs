@@ -4,10 +4,13 @@
 //! or finished meanwhile is left alone. Every filter value is a bound parameter.
 use sqlx::{Postgres, Row, Transaction};
 
-use super::{map_err, notify, PgStorage, NOW};
+use super::{fetch_ref, map_err, notify, workflows, PgStorage, NOW};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::error::Result;
+use crate::error::StorageError;
+use crate::params::TaskRef;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
+use tenax_core::TaskId;
 
 /// The filter's conditions. Parameters: $2 the statuses, $3 the type, $4 the queue, $5
 /// the ids (or NULL), $6 and $7 the creation bounds, $8 the limit.
@@ -84,24 +87,37 @@ impl PgStorage {
         self.timed(async {
             let mut tx = self.begin().await?;
             let mut outcome = TaskBulkOutcome::default();
+            let mut woke = false;
             match params.action {
                 BulkAction::Cancel => {
+                    // One row per cancelled task: its queue, and its id when it belongs
+                    // to a workflow (0 otherwise), whose dependents move as on a cancel.
                     let cancelled = apply(
                         &mut tx,
-                        &by_queue(&format!(
-                            "UPDATE tenax_tasks
-                             SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}
-                             WHERE id IN ({PICK} AND kind = 'execute' ORDER BY id LIMIT $8)
-                               AND status IN ('pending', 'retrying', 'blocked')
-                               AND kind = 'execute'"
-                        )),
+                        &format!(
+                            "WITH moved AS (
+                                 UPDATE tenax_tasks
+                                 SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}
+                                 WHERE id IN ({PICK} AND kind = 'execute' ORDER BY id LIMIT $8)
+                                   AND status IN ('pending', 'retrying', 'blocked')
+                                   AND kind = 'execute'
+                                 RETURNING queue, id, workflow_id)
+                             SELECT queue, CASE WHEN workflow_id IS NULL THEN 0 ELSE id END
+                             FROM moved"
+                        ),
                         params,
                         &statuses_for(params, false),
                         limit,
                         None,
                     )
                     .await?;
-                    outcome.changed = total(&cancelled);
+                    outcome.changed = cancelled.len() as u64;
+                    for (_, id) in cancelled.iter().filter(|(_, id)| *id != 0) {
+                        let task = fetch_ref(&mut *tx, &TaskRef::Id(TaskId(*id)))
+                            .await?
+                            .ok_or_else(|| StorageError::NotFound(id.to_string()))?;
+                        woke |= workflows::after_finish(&mut tx, params.now, &task).await?;
+                    }
                     let requested = apply(
                         &mut tx,
                         &by_queue(&format!(
@@ -170,7 +186,7 @@ impl PgStorage {
                 }
             }
             tx.commit().await.map_err(map_err)?;
-            if outcome.changed > 0 && !matches!(params.action, BulkAction::Cancel) {
+            if woke || (outcome.changed > 0 && !matches!(params.action, BulkAction::Cancel)) {
                 self.wake();
             }
             Ok(outcome)

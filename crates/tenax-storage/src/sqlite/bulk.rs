@@ -1,13 +1,14 @@
 //! Bulk actions on SQLite: one conditional `UPDATE` per kind of change, over the tasks a
 //! filter picks (lowest ids first, at most the limit), in one `BEGIN IMMEDIATE`
 //! transaction. Every filter value is a bound parameter.
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Row, Sqlite, Transaction};
+use tenax_core::TaskId;
 
-use super::{clock, map_err, SqliteStorage};
+use super::{clock, fetch_ref, map_err, workflows, SqliteStorage};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::common::json_list;
-use crate::error::Result;
-use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
+use crate::error::{Result, StorageError};
+use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams, TaskRef};
 
 /// The filter's conditions. Parameters: ?2 the statuses (JSON list), ?3 the type, ?4
 /// the queue, ?5 the ids (JSON list or NULL), ?6 and ?7 the creation bounds (ms), ?8 the
@@ -20,26 +21,22 @@ const PICK: &str = "SELECT id FROM tenax_tasks
        AND (?6 IS NULL OR created_at >= ?6)
        AND (?7 IS NULL OR created_at < ?7)";
 
-/// Run one bulk `UPDATE` (`sql` names ?1 the clock and ?2..?8 as in [`PICK`], and ?9
-/// when `priority` is given); returns how many rows it changed.
-async fn apply(
-    tx: &mut Transaction<'static, Sqlite>,
-    sql: &str,
+/// One bulk `UPDATE` with its parameters bound (`sql` names ?1 the clock and ?2..?8 as
+/// in [`PICK`], and ?9 when `priority` is given).
+fn bound<'q>(
+    sql: &'q str,
     params: &TaskBulkParams,
     statuses: &[&str],
     now: i64,
     limit: u64,
     priority: Option<u8>,
-) -> Result<u64> {
-    if statuses.is_empty() || limit == 0 {
-        return Ok(0);
-    }
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
     let filter = &params.filter;
     let mut query = sqlx::query(sql)
         .bind(now)
         .bind(json_list(statuses))
-        .bind(filter.command_type.as_deref())
-        .bind(filter.queue.as_deref())
+        .bind(filter.command_type.clone())
+        .bind(filter.queue.clone())
         .bind(
             filter
                 .ids
@@ -52,8 +49,59 @@ async fn apply(
     if let Some(priority) = priority {
         query = query.bind(i64::from(priority));
     }
-    let done = query.execute(&mut **tx).await.map_err(map_err)?;
+    query
+}
+
+/// Run one bulk `UPDATE`; returns how many rows it changed.
+async fn apply(
+    tx: &mut Transaction<'static, Sqlite>,
+    sql: &str,
+    params: &TaskBulkParams,
+    statuses: &[&str],
+    now: i64,
+    limit: u64,
+    priority: Option<u8>,
+) -> Result<u64> {
+    if statuses.is_empty() || limit == 0 {
+        return Ok(0);
+    }
+    let done = bound(sql, params, statuses, now, limit, priority)
+        .execute(&mut **tx)
+        .await
+        .map_err(map_err)?;
     Ok(done.rows_affected())
+}
+
+/// Cancel the waiting tasks the filter picks; returns how many, and the ids of those
+/// that belong to a workflow (their dependents move as on a single cancel).
+async fn cancel_waiting(
+    tx: &mut Transaction<'static, Sqlite>,
+    params: &TaskBulkParams,
+    now: i64,
+    limit: u64,
+) -> Result<(u64, Vec<i64>)> {
+    let statuses = statuses_for(params, false);
+    if statuses.is_empty() || limit == 0 {
+        return Ok((0, Vec::new()));
+    }
+    let sql = format!(
+        "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
+         WHERE id IN ({PICK} AND kind = 'execute' ORDER BY id LIMIT ?8)
+           AND status IN ('pending', 'retrying', 'blocked') AND kind = 'execute'
+         RETURNING id, workflow_id"
+    );
+    let rows = bound(&sql, params, &statuses, now, limit, None)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(map_err)?;
+    let mut in_workflows = Vec::new();
+    for row in &rows {
+        let workflow: Option<i64> = row.try_get(1).map_err(map_err)?;
+        if workflow.is_some() {
+            in_workflows.push(row.try_get::<i64, _>(0).map_err(map_err)?);
+        }
+    }
+    Ok((rows.len() as u64, in_workflows))
 }
 
 impl SqliteStorage {
@@ -65,22 +113,17 @@ impl SqliteStorage {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         let mut outcome = TaskBulkOutcome::default();
+        let mut woke = false;
         match params.action {
             BulkAction::Cancel => {
-                outcome.changed = apply(
-                    &mut tx,
-                    &format!(
-                        "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
-                         WHERE id IN ({PICK} AND kind = 'execute' ORDER BY id LIMIT ?8)
-                           AND status IN ('pending', 'retrying', 'blocked') AND kind = 'execute'"
-                    ),
-                    params,
-                    &statuses_for(params, false),
-                    now,
-                    limit,
-                    None,
-                )
-                .await?;
+                let (cancelled, in_workflows) = cancel_waiting(&mut tx, params, now, limit).await?;
+                outcome.changed = cancelled;
+                for id in in_workflows {
+                    let task = fetch_ref(&mut *tx, &TaskRef::Id(TaskId(id)))
+                        .await?
+                        .ok_or_else(|| StorageError::NotFound(id.to_string()))?;
+                    woke |= workflows::after_finish(&mut tx, &task, now).await?;
+                }
                 outcome.cancel_requested = apply(
                     &mut tx,
                     &format!(
@@ -138,7 +181,7 @@ impl SqliteStorage {
             }
         }
         tx.commit().await.map_err(map_err)?;
-        if outcome.changed > 0 && !matches!(params.action, BulkAction::Cancel) {
+        if woke || (outcome.changed > 0 && !matches!(params.action, BulkAction::Cancel)) {
             // Retried tasks are due now; a new priority may make a task due sooner.
             self.wake();
         }

@@ -305,6 +305,7 @@ macro_rules! conformance_tests {
                 with_run_anyway_dependents_run_once_every_parent_finished,
                 cycles_and_unknown_references_are_refused_and_insert_nothing,
                 a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
+                bulk_cancel_of_a_workflow_task_cancels_its_dependents,
             );
         }
     };

@@ -513,3 +513,67 @@ pub async fn a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order(h:
     step(h, "s1~", true).await;
     assert_eq!(state(h, &bad).await, WorkflowState::Compensated);
 }
+
+/// A bulk cancel is a cancel: it must move a workflow's dependents exactly as
+/// [`Storage::task_cancel`](crate::Storage::task_cancel) does, or they wait `blocked`
+/// forever behind a parent that will never succeed.
+pub async fn bulk_cancel_of_a_workflow_task_cancels_its_dependents(h: &Harness) {
+    let detail = h
+        .storage
+        .workflow_insert(&workflow(
+            "bulk",
+            WorkflowKind::Dag,
+            WorkflowPolicy::CancelDependents,
+            &[("x", &[]), ("y", &["x"]), ("z", &["y"]), ("w", &[])],
+        ))
+        .await
+        .unwrap();
+    let x = detail.tasks[0].task.id;
+    let outcome = h
+        .storage
+        .task_bulk(&crate::TaskBulkParams {
+            filter: crate::TaskFilter {
+                ids: Some(vec![x]),
+                ..Default::default()
+            },
+            action: crate::BulkAction::Cancel,
+            limit: 10,
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.changed, 1, "only x matches the filter");
+    for key in ["x", "y", "z"] {
+        assert_eq!(
+            status_of(h, &detail, key).await,
+            TaskStatus::Cancelled,
+            "{key}"
+        );
+    }
+    assert_eq!(status_of(h, &detail, "w").await, TaskStatus::Pending);
+    // With run-anyway, a bulk-cancelled parent lets its child run.
+    let detail = h
+        .storage
+        .workflow_insert(&workflow(
+            "bulk-anyway",
+            WorkflowKind::Dag,
+            WorkflowPolicy::RunAnyway,
+            &[("p", &[]), ("q", &["p"])],
+        ))
+        .await
+        .unwrap();
+    h.storage
+        .task_bulk(&crate::TaskBulkParams {
+            filter: crate::TaskFilter {
+                ids: Some(vec![detail.tasks[0].task.id]),
+                ..Default::default()
+            },
+            action: crate::BulkAction::Cancel,
+            limit: 10,
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(status_of(h, &detail, "p").await, TaskStatus::Cancelled);
+    assert_eq!(status_of(h, &detail, "q").await, TaskStatus::Pending);
+}
