@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod audit;
 mod bank;
 mod bench;
 mod bench_delayed;
+mod bulk;
 mod config;
 mod demo;
 mod observe;
@@ -69,6 +71,9 @@ enum Commands {
     /// List, set and remove rate limits per command type.
     #[command(subcommand)]
     RateLimits(rates::RateLimitsCommand),
+    /// The audit log: who cancelled, retried, paused or changed what, and when.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// Counts by status, command type and queue, backlogs, the oldest due task's age, and
     /// latency percentiles of recently finished tasks.
     Stats,
@@ -213,6 +218,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::RateLimits(command) => rates::run(&client, command).await,
+                Commands::Audit(command) => audit::run(&client, command).await,
                 Commands::Stats => top::stats(&client).await,
                 Commands::Top(args) => top::run(&client, args).await,
                 Commands::Migrate => {

@@ -73,8 +73,14 @@ pub(crate) async fn run(client: &Client, command: QueuesCommand) -> anyhow::Resu
             println!("{table}");
             println!("{} queue(s)", queues.len());
         }
-        QueuesCommand::Pause { name } => print_one(&client.pause_queue(&name).await?),
-        QueuesCommand::Resume { name } => print_one(&client.resume_queue(&name).await?),
+        QueuesCommand::Pause { name } => {
+            print_one(&client.pause_queue(&name).await?);
+            crate::audit::record(client, "queue.pause", &name, serde_json::Value::Null).await?;
+        }
+        QueuesCommand::Resume { name } => {
+            print_one(&client.resume_queue(&name).await?);
+            crate::audit::record(client, "queue.resume", &name, serde_json::Value::Null).await?;
+        }
         QueuesCommand::Limit(args) => {
             let max = if args.unlimited {
                 None
@@ -82,6 +88,13 @@ pub(crate) async fn run(client: &Client, command: QueuesCommand) -> anyhow::Resu
                 args.max_running
             };
             print_one(&client.set_queue_limit(&args.name, max).await?);
+            crate::audit::record(
+                client,
+                "queue.limit",
+                &args.name,
+                serde_json::json!({ "max_running": max }),
+            )
+            .await?;
         }
     }
     Ok(())

@@ -99,17 +99,17 @@ pub(crate) async fn run(client: &Client, command: SchedulesCommand) -> anyhow::R
         SchedulesCommand::Pause(NameArg { name }) => {
             let s = client.pause_schedule(&name).await?;
             println!("paused {}", describe(&s));
-            Ok(())
+            crate::audit::record(client, "schedule.pause", &name, serde_json::Value::Null).await
         }
         SchedulesCommand::Resume(NameArg { name }) => {
             let s = client.resume_schedule(&name).await?;
             println!("resumed {}", describe(&s));
-            Ok(())
+            crate::audit::record(client, "schedule.resume", &name, serde_json::Value::Null).await
         }
         SchedulesCommand::Remove(NameArg { name }) => {
             client.remove_schedule(&name).await?;
             println!("removed schedule {name:?}");
-            Ok(())
+            crate::audit::record(client, "schedule.remove", &name, serde_json::Value::Null).await
         }
     }
 }
@@ -141,7 +141,22 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
         ScheduleUpserted::Unchanged => "unchanged",
     };
     println!("{verb} {}", describe(&record));
-    Ok(())
+    if change == ScheduleUpserted::Unchanged {
+        return Ok(());
+    }
+    crate::audit::record(
+        client,
+        "schedule.add",
+        &args.name,
+        serde_json::json!({
+            "change": verb,
+            "command_type": args.command_type,
+            "cron": args.cron,
+            "every_secs": args.every.map(|d| d.as_secs()),
+            "timezone": args.timezone,
+        }),
+    )
+    .await
 }
 
 async fn list(client: &Client) -> anyhow::Result<()> {

@@ -62,6 +62,9 @@ pub(crate) enum TasksCommand {
     /// cancel (its handler is signalled at its worker's next heartbeat and the task
     /// ends cancelled when the handler stops).
     Cancel(TaskSelector),
+    /// Cancel, retry or reprioritise every task a filter matches (up to --limit).
+    #[command(subcommand)]
+    Bulk(crate::bulk::BulkCommand),
 }
 
 #[derive(Debug, Args)]
@@ -128,7 +131,7 @@ pub(crate) async fn run(client: &Client, command: TasksCommand) -> anyhow::Resul
                 "task {} ({}) is {} again with a fresh attempt budget",
                 task.id, task.task_no, task.status
             );
-            Ok(())
+            record_task(client, "task.retry", &task).await
         }
         TasksCommand::Cancel(selector) => {
             let task = client.cancel(selector.to_ref()?).await?;
@@ -140,9 +143,25 @@ pub(crate) async fn run(client: &Client, command: TasksCommand) -> anyhow::Resul
             } else {
                 println!("task {} ({}) is {}", task.id, task.task_no, task.status);
             }
-            Ok(())
+            record_task(client, "task.cancel", &task).await
         }
+        TasksCommand::Bulk(command) => crate::bulk::run(client, command).await,
     }
+}
+
+/// Record a single-task action in the audit log (target: the task id).
+async fn record_task(client: &Client, action: &str, task: &TaskRecord) -> anyhow::Result<()> {
+    crate::audit::record(
+        client,
+        action,
+        &task.id.to_string(),
+        serde_json::json!({
+            "task_no": task.task_no.as_str(),
+            "command_type": task.command_type,
+            "status": task.status.as_str(),
+        }),
+    )
+    .await
 }
 
 fn short(text: Option<&str>, max: usize) -> String {
@@ -179,6 +198,7 @@ async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
             before_id: None,
             limit: args.limit,
             started_before,
+            ..Default::default()
         })
         .await?;
     let mut table = Table::new();

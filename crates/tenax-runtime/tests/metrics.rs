@@ -102,6 +102,41 @@ async fn metrics_count_exactly_what_ran() {
     m::sample_once(storage.as_ref(), &mut BTreeSet::new())
         .await
         .unwrap();
+    // Operator calls are timed too: a bulk cancel that matches only finished tasks, an
+    // audit entry, a listing, and a refused listing.
+    let bulk = storage
+        .task_bulk(&tenax_storage::TaskBulkParams {
+            filter: tenax_storage::TaskFilter {
+                ids: Some(tasks.iter().map(|t| t.id).collect()),
+                ..Default::default()
+            },
+            action: tenax_storage::BulkAction::Cancel,
+            limit: 10,
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(bulk, tenax_storage::TaskBulkOutcome::default());
+    storage
+        .audit_append(&tenax_storage::AuditAppendParams {
+            actor: "test".into(),
+            action: "tasks.bulk_cancel".into(),
+            target: "succeeded ones".into(),
+            details: serde_json::Value::Null,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let listing = tenax_storage::AuditListParams {
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(storage.audit_list(&listing).await.unwrap().len(), 1);
+    let refused = tenax_storage::AuditListParams {
+        limit: 0,
+        ..listing
+    };
+    assert!(storage.audit_list(&refused).await.is_err());
     let text = handle.render();
 
     let exec = [("command_type", "SCRIPTED"), ("kind", "execute")];
@@ -180,6 +215,10 @@ async fn metrics_count_exactly_what_ran() {
     assert_eq!(calls("task_fail_if_leased", "ok"), 6.0);
     assert!(calls("task_claim_batch", "ok") >= 1.0);
     assert_eq!(calls("queue_stats", "ok"), 1.0);
+    assert_eq!(calls("task_bulk", "ok"), 1.0);
+    assert_eq!(calls("audit_append", "ok"), 1.0);
+    assert_eq!(calls("audit_list", "ok"), 1.0);
+    assert_eq!(calls("audit_list", "error"), 1.0);
     // After shutdown, the worker's slots are gone.
     assert_eq!(
         get(&text, m::names::WORKER_SLOTS, &[("state", "busy")]),

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
+mod bulk;
 mod common;
 mod error;
 #[cfg(feature = "mysql")]
@@ -38,6 +39,10 @@ pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use bulk::{
+    AUDIT_ACTION_MAX_BYTES, AUDIT_ACTOR_MAX_BYTES, AUDIT_DETAILS_MAX_BYTES, AUDIT_LIST_MAX,
+    AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
+};
 pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
 pub use error::{Result, StorageError};
 pub use params::*;
@@ -204,6 +209,27 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Remove a command type's rate limit. [`StorageError::NotFound`] when missing.
     async fn rate_limit_remove(&self, command_type: &str) -> Result<()>;
+
+    /// Applies one action to every task matching the filter, in one statement per backend
+    /// (plus the cancel requests for running tasks), in one transaction.
+    ///
+    /// Each action changes only the tasks the single-task action would, with the same
+    /// guard re-checked in the write: a cancel cancels waiting execute tasks and records a
+    /// cancel request on running execute tasks that have none yet (as
+    /// [`Storage::task_cancel`]); a retry returns dead execute tasks whose compensation
+    /// is not running to `pending` (as [`Storage::task_retry`]) and wakes the workers; a
+    /// reprioritise sets the priority of waiting tasks. At most `limit` tasks are changed,
+    /// lowest ids first. A limit outside 1..=[`BULK_LIMIT_MAX`] or more than
+    /// [`BULK_IDS_MAX`] ids is [`StorageError::Invalid`] and changes nothing.
+    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome>;
+
+    /// Records an operator action (database clock).
+    ///
+    /// The audit log is never pruned by the pruner: its retention is left to the operator.
+    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord>;
+
+    /// Lists recorded operator actions, newest first.
+    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

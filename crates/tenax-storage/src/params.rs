@@ -97,6 +97,10 @@ pub struct TaskListParams {
     /// Only tasks first claimed before this instant (with `status: running`, the tasks
     /// running longer than `now - started_before`).
     pub started_before: Option<DateTime<Utc>>,
+    /// Only tasks created at or after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only tasks created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
 }
 
 /// [`Storage::task_claim_batch`](crate::Storage::task_claim_batch).
@@ -468,4 +472,106 @@ pub struct RateLimitSetParams {
     pub burst: u32,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+}
+
+/// Which tasks a bulk action touches. Every set field must match; empty `statuses` = any status.
+///
+/// The action narrows further: a bulk cancel touches only the statuses a cancel applies
+/// to, whatever `statuses` says (see [`BulkAction`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskFilter {
+    /// Only these statuses (empty: any).
+    pub statuses: Vec<TaskStatus>,
+    /// Only this command type.
+    pub command_type: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only these ids (at most 10,000; more is `StorageError::Invalid`).
+    pub ids: Option<Vec<TaskId>>,
+    /// Only tasks created at or after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only tasks created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// What [`Storage::task_bulk`](crate::Storage::task_bulk) does to each matching task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAction {
+    /// As [`Storage::task_cancel`](crate::Storage::task_cancel): waiting (`pending`,
+    /// `retrying`, `blocked`) execute tasks are cancelled; running execute tasks get a
+    /// cancel request. Compensation tasks and finished tasks are left alone.
+    Cancel,
+    /// As [`Storage::task_retry`](crate::Storage::task_retry) for `dead` execute tasks
+    /// whose compensation is not running. A dead compensation task is retried one at a
+    /// time with `task_retry`, which also re-opens its parent.
+    Retry,
+    /// Set this priority on waiting (`pending`, `retrying`, `blocked`) tasks.
+    Reprioritise(Priority),
+}
+
+/// [`Storage::task_bulk`](crate::Storage::task_bulk).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskBulkParams {
+    /// Which tasks.
+    pub filter: TaskFilter,
+    /// What to do to them.
+    pub action: BulkAction,
+    /// At most this many tasks are changed (1..=100_000, else `Invalid`).
+    pub limit: u32,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// What [`Storage::task_bulk`](crate::Storage::task_bulk) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskBulkOutcome {
+    /// Tasks whose state changed (cancelled, retried, or reprioritised).
+    pub changed: u64,
+    /// Running tasks that were asked to stop (bulk cancel only), as `task_cancel` does for one.
+    pub cancel_requested: u64,
+}
+
+/// [`Storage::audit_append`](crate::Storage::audit_append).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditAppendParams {
+    /// Who: the API token's name, or `cli:<os user>` for the CLI.
+    pub actor: String,
+    /// What, e.g. `task.cancel`, `tasks.bulk_retry`, `schedule.pause`, `queue.resume`.
+    pub action: String,
+    /// The object acted on, e.g. a task id, a schedule or queue name, or a filter summary.
+    pub target: String,
+    /// Free-form detail (the filter, counts, ...).
+    pub details: serde_json::Value,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// One recorded operator action.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AuditRecord {
+    /// Increasing with each entry.
+    pub id: i64,
+    /// Database clock, UTC.
+    pub at: DateTime<Utc>,
+    /// Who.
+    pub actor: String,
+    /// What.
+    pub action: String,
+    /// On what.
+    pub target: String,
+    /// Free-form detail.
+    pub details: serde_json::Value,
+}
+
+/// [`Storage::audit_list`](crate::Storage::audit_list).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuditListParams {
+    /// Newest first; only ids below this one (cursor).
+    pub before_id: Option<i64>,
+    /// At most this many (1..=1000, else `Invalid`).
+    pub limit: u32,
+    /// Only this actor.
+    pub actor: Option<String>,
+    /// Only this action.
+    pub action: Option<String>,
 }

@@ -7,10 +7,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 use tenax_storage::{
-    CancelRequestedParams, Capabilities, FiredTick, Lease, LeaseExtendParams, NextRun,
-    QueueBacklog, QueueBacklogParams, QueueInfo, QueueStats, QueueStatsParams, QueueUpdateParams,
-    RateLimit, RateLimitSetParams, ReapedTask, Result, ScheduleFireParams, SchedulePauseParams,
-    ScheduleRecord, ScheduleUpsertParams, ScheduleUpserted, Stats, Storage, TaskActionParams,
+    AuditAppendParams, AuditListParams, AuditRecord, CancelRequestedParams, Capabilities,
+    FiredTick, Lease, LeaseExtendParams, NextRun, QueueBacklog, QueueBacklogParams, QueueInfo,
+    QueueStats, QueueStatsParams, QueueUpdateParams, RateLimit, RateLimitSetParams, ReapedTask,
+    Result, ScheduleFireParams, SchedulePauseParams, ScheduleRecord, ScheduleUpsertParams,
+    ScheduleUpserted, Stats, Storage, TaskActionParams, TaskBulkOutcome, TaskBulkParams,
     TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted,
     TaskListParams, TaskNextRunParams, TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
 };
@@ -158,5 +159,14 @@ impl Storage for InstrumentedStorage {
     }
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
         timed("queue_stats", self.inner.queue_stats(params)).await
+    }
+    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome> {
+        timed("task_bulk", self.inner.task_bulk(params)).await
+    }
+    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord> {
+        timed("audit_append", self.inner.audit_append(params)).await
+    }
+    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
+        timed("audit_list", self.inner.audit_list(params)).await
     }
 }

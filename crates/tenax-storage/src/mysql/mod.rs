@@ -47,6 +47,8 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod audit;
+mod bulk;
 mod keys;
 mod queue_stats;
 mod queues;
@@ -1247,6 +1249,14 @@ impl Storage for MySqlStorage {
             qb.push(" AND started_at < ")
                 .push_bind(storable(started_before));
         }
+        if let Some(created_after) = params.created_after {
+            qb.push(" AND created_at >= ")
+                .push_bind(storable(created_after));
+        }
+        if let Some(created_before) = params.created_before {
+            qb.push(" AND created_at < ")
+                .push_bind(storable(created_before));
+        }
         qb.push(" ORDER BY id DESC LIMIT ")
             .push_bind(i64::from(params.limit));
         let rows = qb.build().fetch_all(&self.pool).await.map_err(map_err)?;
@@ -1405,5 +1415,16 @@ impl Storage for MySqlStorage {
 
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
         queue_stats::queue_stats(&self.pool, params.now).await
+    }
+    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome> {
+        self.task_bulk_impl(params).await
+    }
+
+    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord> {
+        retrying(|| self.audit_append_impl(params)).await
+    }
+
+    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
+        self.audit_list_impl(params).await
     }
 }

@@ -40,6 +40,8 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver};
 
+mod audit;
+mod bulk;
 mod claim;
 mod keys;
 mod queue_stats;
@@ -531,6 +533,8 @@ impl Storage for PgStorage {
                    AND ($3::text IS NULL OR queue = $3)
                    AND ($4::bigint IS NULL OR id < $4)
                    AND ($6::timestamptz IS NULL OR started_at < $6)
+                   AND ($7::timestamptz IS NULL OR created_at >= $7)
+                   AND ($8::timestamptz IS NULL OR created_at < $8)
                  ORDER BY id DESC
                  LIMIT $5"
             ))
@@ -540,6 +544,8 @@ impl Storage for PgStorage {
             .bind(params.before_id.map(|id| id.0))
             .bind(i64::from(params.limit))
             .bind(params.started_before)
+            .bind(params.created_after)
+            .bind(params.created_before)
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
@@ -999,6 +1005,17 @@ impl Storage for PgStorage {
     async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
         self.timed(queue_stats::queue_stats(&self.pool, params.now))
             .await
+    }
+    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome> {
+        self.task_bulk_impl(params).await
+    }
+
+    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord> {
+        self.audit_append_impl(params).await
+    }
+
+    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
+        self.audit_list_impl(params).await
     }
 }
 

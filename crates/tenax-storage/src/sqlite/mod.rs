@@ -34,6 +34,8 @@ use crate::error::{Result, StorageError};
 use crate::params::*;
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod audit;
+mod bulk;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -506,6 +508,8 @@ impl Storage for SqliteStorage {
                AND (?3 IS NULL OR queue = ?3)
                AND (?4 IS NULL OR id < ?4)
                AND (?6 IS NULL OR started_at < ?6)
+               AND (?7 IS NULL OR created_at >= ?7)
+               AND (?8 IS NULL OR created_at < ?8)
              ORDER BY id DESC
              LIMIT ?5"
         ))
@@ -515,6 +519,8 @@ impl Storage for SqliteStorage {
         .bind(params.before_id.map(|id| id.0))
         .bind(i64::from(params.limit))
         .bind(params.started_before.map(|t| t.timestamp_millis()))
+        .bind(params.created_after.map(|t| t.timestamp_millis()))
+        .bind(params.created_before.map(|t| t.timestamp_millis()))
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
@@ -960,5 +966,17 @@ impl Storage for SqliteStorage {
 
     async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
         self.rate_limit_remove_impl(command_type).await
+    }
+
+    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome> {
+        self.task_bulk_impl(params).await
+    }
+
+    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord> {
+        self.audit_append_impl(params).await
+    }
+
+    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
+        self.audit_list_impl(params).await
     }
 }

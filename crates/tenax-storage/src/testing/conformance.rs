@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
+pub use super::bulk::*;
 pub use super::claims::*;
 pub use super::keys::*;
 pub use super::observability::*;

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 use crate::{
-    Capabilities, LeaseExtendParams, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams,
-    ReapedTask, Result, Stats, Storage, StorageError, TaskActionParams, TaskClaimParams,
+    AuditAppendParams, AuditListParams, AuditRecord, Capabilities, LeaseExtendParams, QueueInfo,
+    QueueUpdateParams, RateLimit, RateLimitSetParams, ReapedTask, Result, Stats, Storage,
+    StorageError, TaskActionParams, TaskBulkOutcome, TaskBulkParams, TaskClaimParams,
     TaskCompleteParams, TaskFailParams, TaskInsertParams, TaskInserted, TaskListParams,
     TaskPruneParams, TaskReapParams, TaskRef, WakeReceiver,
 };
@@ -182,5 +183,14 @@ impl Storage for FaultyStorage {
     }
     async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
         self.inner.rate_limit_remove(command_type).await
+    }
+    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome> {
+        self.inner.task_bulk(params).await
+    }
+    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord> {
+        self.inner.audit_append(params).await
+    }
+    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
+        self.inner.audit_list(params).await
     }
 }

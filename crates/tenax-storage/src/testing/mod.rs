@@ -15,6 +15,7 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
+mod bulk;
 mod claims;
 pub mod conformance;
 mod faults;
@@ -284,6 +285,15 @@ macro_rules! conformance_tests {
                 a_rate_limited_type_does_not_block_other_types,
                 concurrent_claimers_never_exceed_a_rate_limit,
                 invalid_rate_limits_are_refused_and_change_nothing,
+                bulk_cancel_changes_only_what_a_cancel_may,
+                bulk_retry_returns_only_dead_tasks_to_pending,
+                bulk_reprioritise_changes_only_waiting_tasks,
+                each_bulk_filter_field_narrows_the_tasks,
+                bulk_limit_is_respected_and_invalid_bounds_change_nothing,
+                a_bulk_filter_value_is_data_not_sql,
+                list_filters_tasks_by_creation_time,
+                audit_entries_list_newest_first_with_cursor_and_filters,
+                a_faulty_storage_forwards_bulk_actions_and_the_audit_log,
             );
         }
     };
