@@ -445,3 +445,88 @@ pub struct Health {
     /// `ok`.
     pub status: String,
 }
+
+/// Which tasks a bulk action touches; every field given must match.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    /// Only these statuses (empty: any).
+    #[serde(default)]
+    pub statuses: Vec<String>,
+    /// Only this command type.
+    pub command_type: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only these ids (at most 10 000).
+    pub ids: Option<Vec<i64>>,
+    /// Only tasks created at or after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only tasks created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// A bulk action: a filter, a bound, and for reprioritise the new priority.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"filter": {"statuses": ["dead"], "command_type": "echo", "created_after": "2026-01-01T00:00:00Z"}, "limit": 500}))]
+pub struct BulkRequest {
+    /// Which tasks.
+    #[serde(default)]
+    pub filter: BulkFilter,
+    /// At most this many tasks change (1 to 100 000, default 1000).
+    pub limit: Option<u32>,
+    /// The new priority (reprioritise only), 0 to 9.
+    pub priority: Option<i64>,
+}
+
+/// What a bulk action changed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"changed": 12, "cancel_requested": 2}))]
+pub struct BulkResponse {
+    /// Tasks whose state changed.
+    pub changed: u64,
+    /// Running tasks asked to stop (cancel only).
+    pub cancel_requested: u64,
+}
+
+/// Filters of `GET /v1/audit`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Only this actor (a token's name).
+    pub actor: Option<String>,
+    /// Only this action, e.g. `task.retry`.
+    pub action: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One operator action.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditView {
+    /// Sequence number.
+    pub id: i64,
+    /// When (database clock, UTC).
+    pub at: DateTime<Utc>,
+    /// Who: the token's name.
+    pub actor: String,
+    /// What, e.g. `task.retry`, `tasks.bulk_cancel`, `queue.pause`.
+    pub action: String,
+    /// On what: a task id, a schedule or queue name, `tasks` for a bulk action.
+    pub target: String,
+    /// Details (filter, counts, ...).
+    pub details: Value,
+}
+
+/// A page of the audit trail, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"entries": [{"id": 7, "at": "2026-01-01T10:00:00Z", "actor": "ops", "action": "task.retry", "target": "42", "details": {}}], "next_cursor": null}))]
+pub struct AuditPage {
+    /// The entries.
+    pub entries: Vec<AuditView>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}

@@ -4,7 +4,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::model::*;
-use crate::routes::{admin, health, tasks};
+use crate::routes::{admin, health, ops, tasks};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,10 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/v1/tasks/{id}/wait", Access::TaskRead),
     route("POST", "/v1/tasks/{id}/cancel", Access::Admin),
     route("POST", "/v1/tasks/{id}/retry", Access::Admin),
+    route("POST", "/v1/tasks/bulk/cancel", Access::Admin),
+    route("POST", "/v1/tasks/bulk/retry", Access::Admin),
+    route("POST", "/v1/tasks/bulk/reprioritise", Access::Admin),
+    route("GET", "/v1/audit", Access::Read),
     route("GET", "/v1/stats", Access::Read),
     route("GET", "/v1/schedules", Access::Read),
     route("POST", "/v1/schedules", Access::Admin),
@@ -104,6 +108,10 @@ impl Modify for BearerAuth {
         tasks::wait,
         tasks::cancel,
         tasks::retry,
+        ops::bulk_cancel,
+        ops::bulk_retry,
+        ops::bulk_reprioritise,
+        ops::audit,
         admin::stats,
         admin::list_schedules,
         admin::create_schedule,
@@ -117,13 +125,14 @@ impl Modify for BearerAuth {
     components(schemas(
         ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
         TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
-        ScheduleView, ScheduleRequest, QueueView, Health
+        ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
+        AuditView, AuditPage
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "probes", description = "Liveness and readiness, open without a token."),
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
-        (name = "operations", description = "Stats, schedules, queues."),
+        (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues."),
     )
 )]
 struct ApiDoc;

@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use tenax::storage::{
-    QueueChange, QueueStatsParams, QueueUpdateParams, SchedulePauseParams, ScheduleUpsertParams,
-    ScheduleUpserted,
+    AuditAppendParams, QueueChange, QueueStatsParams, QueueUpdateParams, SchedulePauseParams,
+    ScheduleUpsertParams, ScheduleUpserted,
 };
 use tenax::{MissedTicks, QueueName, Schedule};
 
@@ -27,8 +27,17 @@ pub(crate) async fn record(
     target: &str,
     details: serde_json::Value,
 ) {
-    let _ = (state, &details);
     tracing::info!(actor = %caller.name, action, target, "operator action");
+    let params = AuditAppendParams {
+        actor: caller.name.clone(),
+        action: action.to_owned(),
+        target: target.to_owned(),
+        details,
+        now: None,
+    };
+    if let Err(e) = state.db(state.storage().audit_append(&params)).await {
+        tracing::error!(actor = %caller.name, action, target, error = %e, "the operator action was done but not recorded in the audit log");
+    }
 }
 
 fn ms(d: Duration) -> u64 {

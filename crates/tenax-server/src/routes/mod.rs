@@ -14,6 +14,7 @@ use crate::state::AppState;
 
 pub(crate) mod admin;
 pub(crate) mod health;
+pub(crate) mod ops;
 mod secrets;
 pub(crate) mod tasks;
 
@@ -32,6 +33,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/wait", get(tasks::wait))
         .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
         .route("/v1/tasks/{id}/retry", post(tasks::retry))
+        .route("/v1/tasks/bulk/cancel", post(ops::bulk_cancel))
+        .route("/v1/tasks/bulk/retry", post(ops::bulk_retry))
+        .route("/v1/tasks/bulk/reprioritise", post(ops::bulk_reprioritise))
+        .route("/v1/audit", get(ops::audit))
         .route("/v1/stats", get(admin::stats))
         .route(
             "/v1/schedules",

@@ -254,11 +254,11 @@ pub(crate) async fn enqueue_batch(
     Ok(Json(BatchResponse { results }))
 }
 
-fn encode_cursor(before: i64) -> String {
+pub(crate) fn encode_cursor(before: i64) -> String {
     hex::encode(format!("v1:{before}"))
 }
 
-fn decode_cursor(cursor: &str) -> Result<TaskId, ApiError> {
+pub(crate) fn decode_cursor(cursor: &str) -> Result<TaskId, ApiError> {
     let bad = || {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -346,6 +346,8 @@ fn list_params(
         queue: query.queue.clone(),
         before_id,
         limit,
+        created_after: query.created_after,
+        created_before: query.created_before,
         ..TaskListParams::default()
     }
 }

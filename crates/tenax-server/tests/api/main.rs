@@ -13,6 +13,7 @@
 mod auth;
 mod inputs;
 mod openapi;
+mod ops;
 mod support;
 mod wait;
 
