@@ -38,10 +38,36 @@ fn method(m: &str) -> Method {
     Method::from_bytes(m.as_bytes()).unwrap()
 }
 
+/// The router without a port, or the same API on a real socket.
+enum Api {
+    Router(axum::Router),
+    Socket(Served),
+}
+
+async fn ask(
+    api: &Api,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Answer {
+    match api {
+        Api::Router(router) => call(router, method, uri, token, body).await,
+        Api::Socket(served) => call_socket(served.addr, method, uri, token, body).await,
+    }
+}
+
 async fn every_route_checks_token_and_role(h: &Harness) {
-    let app = app(h.storage.clone(), config());
-    let seeded = call(
-        &app,
+    matrix(&Api::Router(app(h.storage.clone(), config()))).await;
+}
+
+async fn every_route_checks_token_and_role_over_a_socket(h: &Harness) {
+    matrix(&Api::Socket(served(h.storage.clone(), config()).await)).await;
+}
+
+async fn matrix(app: &Api) {
+    let seeded = ask(
+        app,
         Method::POST,
         "/v1/tasks",
         Some(ADMIN),
@@ -58,8 +84,8 @@ async fn every_route_checks_token_and_role(h: &Harness) {
     for route in ROUTES {
         // Re-create the schedule each time: an allowed DELETE removes it.
         let schedule = r#"{"name":"nightly","command_type":"echo","cron":"0 30 2 * * *"}"#;
-        call(
-            &app,
+        ask(
+            app,
             Method::POST,
             "/v1/schedules",
             Some(ADMIN),
@@ -70,9 +96,9 @@ async fn every_route_checks_token_and_role(h: &Harness) {
         let body = body_for(route.method, route.path);
         let what = format!("{} {}", route.method, route.path);
 
-        let anonymous = call(&app, method(route.method), &uri, None, body.as_deref()).await;
-        let wrong = call(
-            &app,
+        let anonymous = ask(app, method(route.method), &uri, None, body.as_deref()).await;
+        let wrong = ask(
+            app,
             method(route.method),
             &uri,
             Some("not-a-token"),
@@ -98,8 +124,8 @@ async fn every_route_checks_token_and_role(h: &Harness) {
             assert_eq!(answer.headers[header::WWW_AUTHENTICATE], "Bearer", "{what}");
         }
         for (role, secret) in roles {
-            let answer = call(
-                &app,
+            let answer = ask(
+                app,
                 method(route.method),
                 &uri,
                 Some(secret),
@@ -167,6 +193,7 @@ async fn both_admin_tokens_work_and_a_removed_one_is_refused(h: &Harness) {
 
 on_every_backend!(
     every_route_checks_token_and_role,
+    every_route_checks_token_and_role_over_a_socket,
     both_admin_tokens_work_and_a_removed_one_is_refused
 );
 

@@ -11,6 +11,7 @@
 )]
 
 mod auth;
+mod hostile;
 mod inputs;
 mod openapi;
 mod ops;

@@ -47,6 +47,102 @@ pub fn app(storage: Arc<dyn Storage>, config: ServerConfig) -> Router {
     tenax_server::router(AppState::new(storage, config))
 }
 
+/// The same API served by `tenax_server::serve` on 127.0.0.1:0; stopped on drop.
+pub struct Served {
+    pub addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub async fn served(storage: Arc<dyn Storage>, config: ServerConfig) -> Served {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let state = AppState::with_shutdown(storage, config, stop.clone());
+    tokio::spawn(tenax_server::serve(listener, state, stop.clone()));
+    Served { addr, stop }
+}
+
+/// One HTTP/1.1 request over a real socket (`Connection: close`).
+pub async fn call_socket(
+    addr: std::net::SocketAddr,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Answer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!("{method} {uri} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut payload = raw[split + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+    let mut headers = axum::http::HeaderMap::new();
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':') {
+            headers.append(
+                axum::http::HeaderName::from_bytes(name.trim().as_bytes()).unwrap(),
+                value.trim().parse().unwrap(),
+            );
+        }
+    }
+    if headers
+        .get(header::TRANSFER_ENCODING)
+        .is_some_and(|v| v == "chunked")
+    {
+        let mut decoded = Vec::new();
+        let mut rest = &payload[..];
+        loop {
+            let end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..end]).unwrap().trim(), 16)
+                .unwrap();
+            if size == 0 {
+                break;
+            }
+            decoded.extend_from_slice(&rest[end + 2..end + 2 + size]);
+            rest = &rest[end + 2 + size + 2..];
+        }
+        payload = decoded;
+    }
+    let body = if payload.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&payload).unwrap_or_else(|e| {
+            panic!(
+                "{status}: body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&payload)
+            )
+        })
+    };
+    Answer {
+        status: StatusCode::from_u16(status).unwrap(),
+        headers,
+        body,
+    }
+}
+
 /// An answer: status, headers we look at, and the JSON body (`Null` when empty).
 #[derive(Debug)]
 pub struct Answer {
