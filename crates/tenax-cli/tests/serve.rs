@@ -211,3 +211,46 @@ fn serving_without_tokens_on_a_public_address_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn config_check_names_the_bad_server_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |text: &str| {
+        let path = dir.path().join("tenax.toml");
+        std::fs::write(&path, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_tenax"))
+            .arg("--config")
+            .arg(&path)
+            .args(["config", "check"])
+            .output()
+            .unwrap()
+    };
+    let ok =
+        check("[server]\ncommand_types = [\"echo\"]\n[server.queues.default]\nmax_pending = 10\n");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        out.contains("server.queues.default.max_pending = Some(10)"),
+        "{out}"
+    );
+    assert!(out.contains("warning: no [[server.tokens]]"), "{out}");
+    for (text, expected) in [
+        ("[server]\nbody_limit = 10\n", "server.body_limit"),
+        ("[server]\nwait_max = \"soon\"\n", "soon"),
+        ("[server]\nlisten = \"0.0.0.0:8080\"\n", "server.tokens"),
+        (
+            "[[server.tokens]]\nname = \"a\"\nrole = \"admin\"\nsha256 = \"tnx_plain_token\"\n",
+            "server.tokens[0].sha256",
+        ),
+        ("[server]\ncomand_types = []\n", "comand_types"),
+    ] {
+        let bad = check(text);
+        assert!(!bad.status.success(), "{text} was accepted");
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}
