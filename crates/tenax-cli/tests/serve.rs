@@ -69,9 +69,13 @@ fn start(dir: &Path) -> Server {
             "--poll-interval",
             "50ms",
         ])
-        .env("TENAX_LOG", "warn")
+        // Everything down to debug, to check that no token or secret is logged.
+        .env("TENAX_LOG", "debug")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("serve.log")).unwrap(),
+        ))
         .spawn()
         .expect("start tenax serve");
     let stdout = child.stdout.take().unwrap();
@@ -189,6 +193,11 @@ fn the_python_and_curl_examples_get_their_echo_results_from_a_real_server() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("serving the HTTP API"), "{log}");
+    for secret in [ENQUEUE_TOKEN, READ_TOKEN, "hunter2"] {
+        assert!(!log.contains(secret), "{secret} is in the server's log");
+    }
 }
 
 #[test]
