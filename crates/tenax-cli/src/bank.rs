@@ -149,3 +149,22 @@ impl Command for Noop {
         Ok(())
     }
 }
+
+/// `echo`: succeeds at once with its payload as its result, so the HTTP API's
+/// examples run without any Rust code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Echo;
+
+impl Command for Echo {
+    const TYPE: &'static str = "echo";
+    type Context = serde_json::Value;
+    type Output = serde_json::Value;
+
+    async fn execute(
+        &self,
+        ctx: serde_json::Value,
+        _task: &TaskContext,
+    ) -> Result<serde_json::Value, CommandError> {
+        Ok(ctx)
+    }
+}

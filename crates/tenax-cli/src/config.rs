@@ -39,6 +39,29 @@ pub(crate) struct FileConfig {
     /// `[worker]`.
     #[serde(default)]
     pub(crate) worker: WorkerFile,
+    /// `[server]`.
+    #[serde(default)]
+    pub(crate) server: ServerFile,
+}
+
+/// The `[server]` table (`tenax serve`).
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerFile {
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    pub(crate) body_limit: Option<usize>,
+    pub(crate) command_types: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) tokens: Vec<tenax_server::TokenConfig>,
+    #[serde(default)]
+    pub(crate) queues: std::collections::BTreeMap<String, tenax_server::QueueLimit>,
+    #[serde(default)]
+    pub(crate) secrets: std::collections::BTreeMap<String, Vec<String>>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) wait_max: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) db_timeout: Option<Duration>,
+    pub(crate) batch_max: Option<usize>,
 }
 
 /// The `[worker]` table.
@@ -90,6 +113,12 @@ fn secs(d: Duration) -> String {
 
 /// Every key of `tenax.toml`, with its default taken from the code.
 pub(crate) fn reference() -> Vec<Key> {
+    let mut keys = worker_reference();
+    keys.extend(crate::serve::reference());
+    keys
+}
+
+fn worker_reference() -> Vec<Key> {
     let d = WorkerConfig::default();
     let key = |key, env, flag, default: String, doc| Key {
         key,
@@ -374,5 +403,7 @@ mod tests {
         let text = include_str!("../../../deploy/tenax.toml");
         let file = parse(text).unwrap();
         worker_config(&file.worker, None, None, None, None, None, None).unwrap();
+        assert_eq!(file.server.tokens.len(), 1);
+        assert_eq!(file.server.queues["default"].max_pending, Some(100_000));
     }
 }

@@ -23,6 +23,7 @@ mod queues;
 mod rates;
 mod reference;
 mod schedules;
+mod serve;
 mod tasks;
 mod top;
 mod worker;
@@ -100,16 +101,21 @@ enum Commands {
         #[arg(value_parser = ["cli", "config", "metrics"])]
         which: String,
     },
-    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP, FLOW_STEP) until
+    /// Run a worker for the built-in commands (BANK_OPEN_ACCOUNT, NOOP, FLOW_STEP, echo) until
     /// interrupted.
     Worker(worker::WorkerArgs),
+    /// Serve the HTTP API (and, unless --no-workers, a worker) until interrupted.
+    Serve(serve::ServeArgs),
+    /// API tokens for `tenax serve`.
+    #[command(subcommand)]
+    Token(serve::TokenCommand),
 }
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Load the configuration file, environment and flags, validate them, and print the
     /// effective settings; exits non-zero with the reason when they are invalid.
-    Check(worker::WorkerArgs),
+    Check(serve::ServeArgs),
 }
 
 /// Selects one task by id or by `--no TASK_NO`.
@@ -157,6 +163,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             init_tracing("info");
             worker::run(&database_url, &file.worker, args).await
         }
+        Commands::Serve(args) => {
+            init_tracing("info");
+            serve::run(&database_url, &file, args).await
+        }
+        Commands::Token(command) => serve::token(command),
         Commands::Reference { which } => {
             match which.as_str() {
                 "cli" => print!("{}", reference::cli_markdown()),
@@ -165,7 +176,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Commands::Config(ConfigCommand::Check(args)) => {
+        Commands::Config(ConfigCommand::Check(serve_args)) => {
+            let (server, warnings) = serve_args.server_config(&file.server)?;
+            let args = &serve_args.worker;
             let worker = args.config(&file.worker)?;
             match &file_path {
                 Some(path) => println!("configuration file: {}", path.display()),
@@ -179,6 +192,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 args.metrics_sample_interval(&file.worker)?
             );
             println!("{worker:#?}");
+            println!("server.listen = {}", server.listen);
+            println!("server.body_limit = {}", server.body_limit);
+            println!("server.command_types = {:?}", server.command_types);
+            for t in &server.tokens {
+                println!("server.tokens: {:?} ({})", t.name, t.role.as_str());
+            }
+            for (queue, limit) in &server.queues {
+                println!(
+                    "server.queues.{queue}.max_pending = {:?}",
+                    limit.max_pending
+                );
+            }
+            for (command_type, fields) in &server.secrets {
+                println!("server.secrets.{command_type} = {fields:?}");
+            }
+            println!("server.wait_max = {:?}", server.wait_max);
+            println!("server.db_timeout = {:?}", server.db_timeout);
+            println!("server.batch_max = {}", server.batch_max);
+            for warning in &warnings {
+                println!("warning: {warning}");
+            }
             println!("configuration is valid");
             Ok(())
         }
@@ -202,6 +236,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 // Handled above.
                 Commands::Demo(_)
                 | Commands::Worker(_)
+                | Commands::Serve(_)
+                | Commands::Token(_)
                 | Commands::Bench(_)
                 | Commands::Config(_)
                 | Commands::Reference { .. } => Ok(()),

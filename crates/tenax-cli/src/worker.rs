@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use tenax::Command;
 
-use crate::bank::{BankBehaviour, BankOpenAccount, FlakyBank, Noop};
+use crate::bank::{BankBehaviour, BankOpenAccount, Echo, FlakyBank, Noop};
 use crate::flow::FlowStep;
 use crate::parse_duration;
 
@@ -37,7 +37,7 @@ pub(crate) struct WorkerArgs {
     #[arg(long, value_name = "PATH")]
     ledger: Option<PathBuf>,
     /// Built-in commands to register (repeat for several): BANK_OPEN_ACCOUNT, NOOP,
-    /// FLOW_STEP.
+    /// FLOW_STEP, echo.
     /// Defaults to all of them.
     #[arg(long = "command", value_name = "TYPE")]
     commands: Vec<String>,
@@ -70,6 +70,14 @@ pub(crate) struct BankArgs {
     pub(crate) backoff_cap: Duration,
 }
 
+/// The built-in command types `tenax worker` and `tenax serve` can run.
+pub(crate) const KNOWN: [&str; 4] = [
+    BankOpenAccount::TYPE,
+    Noop::TYPE,
+    FlowStep::TYPE,
+    Echo::TYPE,
+];
+
 impl BankArgs {
     pub(crate) fn registry(&self) -> anyhow::Result<Registry> {
         if !(0.0..=1.0).contains(&self.bank_failure_rate) {
@@ -88,8 +96,7 @@ impl BankArgs {
     }
 
     /// The demo registry plus the other built-ins, limited to `only` when not empty.
-    fn registry_of(&self, only: &[String]) -> anyhow::Result<Registry> {
-        const KNOWN: [&str; 3] = [BankOpenAccount::TYPE, Noop::TYPE, FlowStep::TYPE];
+    pub(crate) fn registry_of(&self, only: &[String]) -> anyhow::Result<Registry> {
         if let Some(unknown) = only.iter().find(|c| !KNOWN.contains(&c.as_str())) {
             anyhow::bail!(
                 "unknown built-in command {unknown:?} (known: {})",
@@ -107,6 +114,9 @@ impl BankArgs {
         }
         if wanted(FlowStep::TYPE) {
             registry.register(FlowStep)?;
+        }
+        if wanted(Echo::TYPE) {
+            registry.register(Echo)?;
         }
         Ok(registry)
     }
@@ -182,10 +192,21 @@ pub(crate) async fn run(
     file: &crate::config::WorkerFile,
     args: WorkerArgs,
 ) -> anyhow::Result<()> {
+    let storage = tenax::storage::connect(database_url).await?;
+    run_on(storage, file, args, shutdown_on_signal()).await
+}
+
+/// Run a worker on an open storage until `shutdown` is cancelled (`tenax serve` shares
+/// its storage with the API, so an enqueue wakes the worker at once).
+pub(crate) async fn run_on(
+    mut storage: Arc<dyn tenax::storage::Storage>,
+    file: &crate::config::WorkerFile,
+    args: WorkerArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let config = args.config(file)?;
     let metrics_addr = args.metrics_addr(file)?;
     let sample_interval = args.metrics_sample_interval(file)?;
-    let mut storage = tenax::storage::connect(database_url).await?;
     let sampler = CancellationToken::new();
     if let Some(addr) = metrics_addr {
         crate::observe::serve_metrics(addr)?;
@@ -201,7 +222,7 @@ pub(crate) async fn run(
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }
-    let ran = worker.run(shutdown_on_signal()).await;
+    let ran = worker.run(shutdown).await;
     sampler.cancel();
     ran?;
     Ok(())

@@ -116,6 +116,17 @@ impl PrivatePostgres {
     /// Create, start and prepare a private server, or `None` (after `SKIP`) when the
     /// PostgreSQL server binaries are not installed.
     pub(crate) fn start() -> Option<Self> {
+        Self::start_with(false)
+    }
+
+    /// The same, serving TLS only (a self-signed certificate made with `openssl`; plain
+    /// connections are rejected), or `None` when `openssl` is missing too.
+    #[allow(dead_code)]
+    pub(crate) fn start_with_tls() -> Option<Self> {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Option<Self> {
         let Some(bindir) = find_bindir() else {
             return skip("no PostgreSQL server binaries (initdb, pg_ctl) found");
         };
@@ -153,6 +164,9 @@ impl PrivatePostgres {
             .output()
             .expect("run initdb");
         assert!(initdb.status.success(), "initdb: {}", describe(&initdb));
+        if tls {
+            pg.make_tls_only();
+        }
         // Another process may take the port between our pick and the server's bind:
         // pick again a few times.
         let mut last = String::new();
@@ -246,6 +260,50 @@ impl PrivatePostgres {
             .stdin(Stdio::null())
             .env("LC_ALL", "C");
         command
+    }
+
+    /// A self-signed certificate, `ssl = on`, and a pg_hba.conf that accepts TCP
+    /// connections only over TLS.
+    fn make_tls_only(&self) {
+        let data = self.data_dir();
+        let openssl = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=127.0.0.1"])
+            .arg("-keyout")
+            .arg(data.join("server.key"))
+            .arg("-out")
+            .arg(data.join("server.crt"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run openssl (needed for the TLS test)");
+        assert!(openssl.status.success(), "openssl: {}", describe(&openssl));
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 0.0.0.0/0 reject\n",
+        )
+        .expect("write pg_hba.conf");
+        let mut append = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .expect("open postgresql.conf");
+        std::io::Write::write_all(&mut append, b"ssl = on\n").expect("enable ssl");
+        if self.as_postgres {
+            let chown = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{PG_USER}:"))
+                .arg(&data)
+                .output()
+                .expect("run chown");
+            assert!(chown.status.success(), "chown: {}", describe(&chown));
+        }
+        let chmod = Command::new("chmod")
+            .arg("600")
+            .arg(data.join("server.key"))
+            .output()
+            .expect("run chmod");
+        assert!(chmod.status.success(), "chmod: {}", describe(&chmod));
     }
 
     fn pg_ctl_start(&self) -> Result<(), String> {

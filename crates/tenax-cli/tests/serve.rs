@@ -1,0 +1,265 @@
+//! `tenax serve` as a real process on 127.0.0.1:0 (SQLite in a temporary folder): the
+//! Python and curl examples enqueue an `echo` task, wait for it and print its result;
+//! tokens are checked over the socket; SIGTERM stops the API and the worker.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ENQUEUE_TOKEN: &str = "tnx_test_enqueue_token";
+const READ_TOKEN: &str = "tnx_test_read_token";
+
+fn sha256_hex(token: &str) -> String {
+    // The CLI prints the configuration lines of a token; use it as a user would.
+    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["token", "new", "--name", "probe", "--role", "read"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("[[server.tokens]]") && text.contains("sha256 = \""),
+        "{text}"
+    );
+    tenax_server::hash_token(token)
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path) -> Server {
+    let config = dir.join("tenax.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncommand_types = [\"echo\"]\n\
+             [[server.tokens]]\nname = \"examples\"\nrole = \"enqueue\"\nsha256 = \"{}\"\n\
+             [[server.tokens]]\nname = \"dashboard\"\nrole = \"read\"\nsha256 = \"{}\"\n\
+             [server.secrets]\necho = [\"password\"]\n",
+            sha256_hex(ENQUEUE_TOKEN),
+            tenax_server::hash_token(READ_TOKEN)
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", dir.join("tenax.db").display()))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "50ms",
+        ])
+        // Everything down to debug, to check that no token or secret is logged.
+        .env("TENAX_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("serve.log")).unwrap(),
+        ))
+        .spawn()
+        .expect("start tenax serve");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        for _ in lines {}
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("tenax serve printed no address");
+    let addr = line
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    Server { child, addr }
+}
+
+/// One HTTP/1.1 request over a plain socket: the status and the body.
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+fn run_example(program: &str, script: &str, addr: &str, message: &str) -> String {
+    let out = Command::new(program)
+        .arg(repo().join("examples/http-client").join(script))
+        .arg(message)
+        .env("TENAX_URL", format!("http://{addr}"))
+        .env("TENAX_TOKEN", ENQUEUE_TOKEN)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (needed by this test): {e}"));
+    assert!(
+        out.status.success(),
+        "{script} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_python_and_curl_examples_get_their_echo_results_from_a_real_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path());
+    let addr = server.addr.clone();
+
+    let (status, body) = http(&addr, "GET", "/healthz", None, "");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(&addr, "GET", "/readyz", None, "");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(&addr, "GET", "/v1/tasks", None, "");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains(r#""code":"unauthorized""#), "{body}");
+    let (status, body) = http(&addr, "GET", "/v1/tasks", Some(ENQUEUE_TOKEN), "");
+    assert_eq!(status, 403, "{body}");
+
+    let python = run_example("python3", "enqueue_and_wait.py", &addr, "hello from python");
+    assert_eq!(python.trim(), r#"{"message": "hello from python"}"#);
+    let curl = run_example("sh", "enqueue_and_wait.sh", &addr, "hello from curl");
+    assert_eq!(curl.trim(), r#"{"message":"hello from curl"}"#);
+
+    // A secret field is stored but never answered.
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/tasks",
+        Some(ENQUEUE_TOKEN),
+        r#"{"command_type":"echo","payload":{"password":"hunter2"}}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        !body.contains("hunter2") && body.contains(r#""password":"***""#),
+        "{body}"
+    );
+    let (status, body) = http(&addr, "GET", "/v1/tasks?type=echo", Some(READ_TOKEN), "");
+    assert_eq!(status, 200);
+    assert!(!body.contains("hunter2"), "{body}");
+
+    // SIGTERM stops the API and the worker, and the process exits cleanly.
+    let stopped = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tenax serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("serving the HTTP API"), "{log}");
+    for secret in [ENQUEUE_TOKEN, READ_TOKEN, "hunter2"] {
+        assert!(!log.contains(secret), "{secret} is in the server's log");
+    }
+}
+
+#[test]
+fn serving_without_tokens_on_a_public_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .arg("--database-url")
+        .arg(format!(
+            "sqlite://{}",
+            dir.path().join("tenax.db").display()
+        ))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env("TENAX_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("server.tokens") && err.contains("loopback"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_check_names_the_bad_server_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |text: &str| {
+        let path = dir.path().join("tenax.toml");
+        std::fs::write(&path, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_tenax"))
+            .arg("--config")
+            .arg(&path)
+            .args(["config", "check"])
+            .output()
+            .unwrap()
+    };
+    let ok =
+        check("[server]\ncommand_types = [\"echo\"]\n[server.queues.default]\nmax_pending = 10\n");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        out.contains("server.queues.default.max_pending = Some(10)"),
+        "{out}"
+    );
+    assert!(out.contains("warning: no [[server.tokens]]"), "{out}");
+    for (text, expected) in [
+        ("[server]\nbody_limit = 10\n", "server.body_limit"),
+        ("[server]\nwait_max = \"soon\"\n", "soon"),
+        ("[server]\nlisten = \"0.0.0.0:8080\"\n", "server.tokens"),
+        (
+            "[[server.tokens]]\nname = \"a\"\nrole = \"admin\"\nsha256 = \"tnx_plain_token\"\n",
+            "server.tokens[0].sha256",
+        ),
+        ("[server]\ncomand_types = []\n", "comand_types"),
+    ] {
+        let bad = check(text);
+        assert!(!bad.status.success(), "{text} was accepted");
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}

@@ -1,0 +1,169 @@
+//! The one error shape of the API: `{"error": {"code": "snake_case", "message": "..."}}`.
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tenax::storage::StorageError;
+
+/// An error answer: a status, a machine-readable code, a message for people, and for
+/// 429 and 503 the seconds to wait before trying again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable snake_case code (see the HTTP API guide's table).
+    pub code: &'static str,
+    /// What went wrong.
+    pub message: String,
+    /// `Retry-After` seconds, if the request may succeed later.
+    pub retry_after: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error with a status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message).retry_after(1)
+    }
+
+    /// The JSON body of an error of this status with no better message (used to rewrite
+    /// plain-text errors of lower layers).
+    pub(crate) fn for_status(status: StatusCode) -> Self {
+        let (code, message) = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => (
+                "payload_too_large",
+                "the request body is over the configured limit",
+            ),
+            StatusCode::METHOD_NOT_ALLOWED => (
+                "method_not_allowed",
+                "this route does not accept that method",
+            ),
+            StatusCode::NOT_FOUND => ("not_found", "no such route"),
+            StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took too long"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                "unsupported_media_type",
+                "send `Content-Type: application/json`",
+            ),
+            s if s.is_server_error() => ("internal", "internal error; see the server log"),
+            _ => ("bad_request", "the request cannot be processed"),
+        };
+        Self::new(status, code, message)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        match &e {
+            StorageError::TaskNoConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "task_no_conflict", e.to_string())
+            }
+            StorageError::NotFound(_) => Self::not_found(e.to_string()),
+            StorageError::InvalidState { .. } => {
+                Self::new(StatusCode::CONFLICT, "invalid_state", e.to_string())
+            }
+            StorageError::Invalid(_) => Self::invalid(e.to_string()),
+            StorageError::Transient(_) => {
+                tracing::warn!(error = %e, "database unavailable");
+                Self::unavailable("the database is unavailable; try again shortly")
+            }
+            _ => {
+                tracing::error!(error = %e, "storage error");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error; see the server log",
+                )
+            }
+        }
+    }
+}
+
+impl From<tenax::Error> for ApiError {
+    fn from(e: tenax::Error) -> Self {
+        match e {
+            tenax::Error::Storage(e) => e.into(),
+            tenax::Error::Invalid(e) => Self::invalid(e.to_string()),
+            other => Self::invalid(other.to_string()),
+        }
+    }
+}
+
+impl From<tenax::InvalidInput> for ApiError {
+    fn from(e: tenax::InvalidInput) -> Self {
+        Self::invalid(e.to_string())
+    }
+}

@@ -1,0 +1,143 @@
+//! The route table (the one source for authorisation and for the OpenAPI test) and the
+//! OpenAPI 3 document generated from the handlers.
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::model::*;
+use crate::routes::{admin, health, ops, tasks};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a token (probes and the OpenAPI document).
+    Open,
+    /// Any valid token: the task reads that enqueuers need (get, attempts, wait).
+    TaskRead,
+    /// Tokens with role `read` or `admin`.
+    Read,
+    /// Tokens with role `enqueue` or `admin`.
+    Enqueue,
+    /// Tokens with role `admin`: operator actions.
+    Admin,
+}
+
+/// One route of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// HTTP method.
+    pub method: &'static str,
+    /// Path template, as in the OpenAPI document (`/v1/tasks/{id}`).
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+}
+
+const fn route(method: &'static str, path: &'static str, access: Access) -> RouteSpec {
+    RouteSpec {
+        method,
+        path,
+        access,
+    }
+}
+
+/// Every route the router serves, with who may call it. The auth layer reads it; a
+/// route missing from it needs `admin`.
+pub const ROUTES: &[RouteSpec] = &[
+    route("GET", "/healthz", Access::Open),
+    route("GET", "/readyz", Access::Open),
+    route("GET", "/openapi.json", Access::Open),
+    route("POST", "/v1/tasks", Access::Enqueue),
+    route("POST", "/v1/tasks/batch", Access::Enqueue),
+    route("GET", "/v1/tasks", Access::Read),
+    route("GET", "/v1/tasks/{id}", Access::TaskRead),
+    route("GET", "/v1/tasks/by-no/{task_no}", Access::TaskRead),
+    route("GET", "/v1/tasks/{id}/attempts", Access::TaskRead),
+    route("GET", "/v1/tasks/{id}/wait", Access::TaskRead),
+    route("POST", "/v1/tasks/{id}/cancel", Access::Admin),
+    route("POST", "/v1/tasks/{id}/retry", Access::Admin),
+    route("POST", "/v1/tasks/bulk/cancel", Access::Admin),
+    route("POST", "/v1/tasks/bulk/retry", Access::Admin),
+    route("POST", "/v1/tasks/bulk/reprioritise", Access::Admin),
+    route("GET", "/v1/audit", Access::Read),
+    route("GET", "/v1/stats", Access::Read),
+    route("GET", "/v1/schedules", Access::Read),
+    route("POST", "/v1/schedules", Access::Admin),
+    route("POST", "/v1/schedules/{name}/pause", Access::Admin),
+    route("POST", "/v1/schedules/{name}/resume", Access::Admin),
+    route("DELETE", "/v1/schedules/{name}", Access::Admin),
+    route("GET", "/v1/queues", Access::Read),
+    route("POST", "/v1/queues/{name}/pause", Access::Admin),
+    route("POST", "/v1/queues/{name}/resume", Access::Admin),
+];
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A token from `tenax token new`; the server stores only its SHA-256.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Tenax HTTP API",
+        description = "Enqueue, inspect and operate durable tasks. Errors are always `{\"error\": {\"code\", \"message\"}}`."
+    ),
+    paths(
+        health::healthz,
+        health::readyz,
+        health::openapi_json,
+        tasks::enqueue,
+        tasks::enqueue_batch,
+        tasks::list,
+        tasks::get_by_id,
+        tasks::get_by_no,
+        tasks::attempts,
+        tasks::wait,
+        tasks::cancel,
+        tasks::retry,
+        ops::bulk_cancel,
+        ops::bulk_retry,
+        ops::bulk_reprioritise,
+        ops::audit,
+        admin::stats,
+        admin::list_schedules,
+        admin::create_schedule,
+        admin::pause_schedule,
+        admin::resume_schedule,
+        admin::delete_schedule,
+        admin::list_queues,
+        admin::pause_queue,
+        admin::resume_queue,
+    ),
+    components(schemas(
+        ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
+        TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
+        ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
+        AuditView, AuditPage
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "probes", description = "Liveness and readiness, open without a token."),
+        (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
+        (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues."),
+    )
+)]
+struct ApiDoc;
+
+/// The OpenAPI 3 document of the API, as served at `/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}

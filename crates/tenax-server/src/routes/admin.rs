@@ -1,0 +1,358 @@
+//! Operations: stats, schedules, queues, and the audit record of operator actions.
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use tenax::storage::{
+    AuditAppendParams, QueueChange, QueueStatsParams, QueueUpdateParams, SchedulePauseParams,
+    ScheduleUpsertParams, ScheduleUpserted,
+};
+use tenax::{MissedTicks, QueueName, Schedule};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath};
+use crate::model::*;
+use crate::routes::secrets;
+use crate::routes::tasks::check_command_type;
+use crate::state::AppState;
+
+/// Record an operator action in the audit trail (who, what, on what). A failure to
+/// record is logged; the action itself has already been committed.
+pub(crate) async fn record(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    target: &str,
+    details: serde_json::Value,
+) {
+    tracing::info!(actor = %caller.name, action, target, "operator action");
+    let params = AuditAppendParams {
+        actor: caller.name.clone(),
+        action: action.to_owned(),
+        target: target.to_owned(),
+        details,
+        now: None,
+    };
+    if let Err(e) = state.db(state.storage().audit_append(&params)).await {
+        tracing::error!(actor = %caller.name, action, target, error = %e, "the operator action was done but not recorded in the audit log");
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Counts by status, command type and queue; backlog and oldest due age.
+#[utoipa::path(get, path = "/v1/stats", tag = "operations",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Counts", body = StatsView)))]
+pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<StatsView>, ApiError> {
+    let stats = state.db(state.storage().stats()).await?;
+    let queues = state
+        .db(state.storage().queue_stats(&QueueStatsParams::default()))
+        .await?;
+    Ok(Json(StatsView {
+        total: stats.total(),
+        by_status: stats
+            .by_status
+            .iter()
+            .map(|(s, n)| StatusCount {
+                status: s.to_string(),
+                count: *n,
+            })
+            .collect(),
+        by_type: stats
+            .by_type
+            .iter()
+            .map(|(t, s, n)| TypeCount {
+                command_type: t.clone(),
+                status: s.to_string(),
+                count: *n,
+            })
+            .collect(),
+        queues: queues
+            .iter()
+            .map(|q| QueueCounts {
+                queue: q.queue.clone(),
+                by_status: q
+                    .by_status
+                    .iter()
+                    .map(|(s, n)| StatusCount {
+                        status: s.to_string(),
+                        count: *n,
+                    })
+                    .collect(),
+                backlog: q.backlog,
+                oldest_due_age_ms: q.oldest_due_age.map(ms),
+            })
+            .collect(),
+        oldest_due_age_ms: stats.oldest_due_age.map(ms),
+    }))
+}
+
+/// Every schedule, by name.
+#[utoipa::path(get, path = "/v1/schedules", tag = "operations",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Schedules", body = Vec<ScheduleView>)))]
+pub(crate) async fn list_schedules(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<ScheduleView>>, ApiError> {
+    let schedules = state.db(state.storage().schedule_list()).await?;
+    Ok(Json(
+        schedules
+            .iter()
+            .map(|s| secrets::schedule(state.config(), ScheduleView::from_record(s)))
+            .collect(),
+    ))
+}
+
+fn small(
+    field: &str,
+    value: Option<i64>,
+    min: i64,
+    max: i64,
+    default: i64,
+) -> Result<i64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        Some(v) => Err(ApiError::invalid(format!(
+            "{field}: must be {min} to {max}, got {v}"
+        ))),
+    }
+}
+
+/// Create a schedule, or update the one of the same name.
+#[utoipa::path(post, path = "/v1/schedules", tag = "operations", request_body = ScheduleRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Created", body = ScheduleView),
+        (status = 200, description = "Updated or unchanged", body = ScheduleView),
+        (status = 422, description = "Invalid cron, zone or field", body = ErrorBody),
+    ))]
+pub(crate) async fn create_schedule(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(req): ApiJson<ScheduleRequest>,
+) -> Result<(StatusCode, Json<ScheduleView>), ApiError> {
+    check_command_type(&state, &req.command_type)?;
+    let mut schedule = match (&req.cron, req.every_secs) {
+        (Some(cron), None) => Schedule::cron(&req.name, cron),
+        (None, Some(secs)) if secs > 0 && secs <= 366 * 24 * 3600 => {
+            Schedule::every(&req.name, Duration::from_secs(secs))
+        }
+        (None, Some(secs)) => {
+            return Err(ApiError::invalid(format!(
+                "every_secs: must be 1 to 31622400, got {secs}"
+            )))
+        }
+        _ => return Err(ApiError::invalid("give cron or every_secs (one of them)")),
+    };
+    if let Some(zone) = &req.timezone {
+        schedule = schedule.timezone(zone);
+    }
+    if let Some(n) = req.catch_up {
+        schedule = schedule.missed(MissedTicks::CatchUp(n));
+    }
+    let queue = QueueName::new(
+        req.queue
+            .clone()
+            .unwrap_or_else(|| QueueName::DEFAULT.to_owned()),
+    )?;
+    let priority = small("priority", req.priority, 0, 9, 5)?;
+    let max_attempts = small("max_attempts", req.max_attempts, 1, 1000, 5)?;
+    let timeout_ms = small("timeout_ms", req.timeout_ms, 1, 24 * 3600 * 1000, 300_000)?;
+    let def = schedule
+        .command_raw(&req.command_type, &req.payload)
+        .queue(queue.to_string())
+        .priority(u8::try_from(priority).unwrap_or(5))
+        .max_attempts(u32::try_from(max_attempts).unwrap_or(5))
+        .timeout(Duration::from_millis(
+            u64::try_from(timeout_ms).unwrap_or(300_000),
+        ))
+        .build()?;
+    let (stored, change) = state
+        .db(state
+            .storage()
+            .schedule_upsert(&ScheduleUpsertParams { def, now: None }))
+        .await?;
+    let action = match change {
+        ScheduleUpserted::Created => "schedule.create",
+        ScheduleUpserted::Updated => "schedule.update",
+        ScheduleUpserted::Unchanged => "schedule.upsert_unchanged",
+    };
+    if change != ScheduleUpserted::Unchanged {
+        record(&state, &caller, action, &stored.def.name, serde_json::json!({"cadence": stored.def.cadence.to_string(), "command_type": stored.def.command_type})).await;
+    }
+    let status = if change == ScheduleUpserted::Created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(secrets::schedule(
+            state.config(),
+            ScheduleView::from_record(&stored),
+        )),
+    ))
+}
+
+async fn set_paused(
+    state: &AppState,
+    caller: &Caller,
+    name: String,
+    paused: bool,
+) -> Result<Json<ScheduleView>, ApiError> {
+    let params = SchedulePauseParams {
+        name: name.clone(),
+        paused,
+        now: None,
+    };
+    let stored = state
+        .db(state.storage().schedule_set_paused(&params))
+        .await?;
+    let action = if paused {
+        "schedule.pause"
+    } else {
+        "schedule.resume"
+    };
+    record(state, caller, action, &name, serde_json::json!({})).await;
+    Ok(Json(secrets::schedule(
+        state.config(),
+        ScheduleView::from_record(&stored),
+    )))
+}
+
+/// Pause a schedule.
+#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "operations",
+    params(("name" = String, Path, description = "Schedule name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Paused", body = ScheduleView),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+    ))]
+pub(crate) async fn pause_schedule(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    set_paused(&state, &caller, name, true).await
+}
+
+/// Resume a schedule from its first tick after now.
+#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "operations",
+    params(("name" = String, Path, description = "Schedule name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Resumed", body = ScheduleView),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+    ))]
+pub(crate) async fn resume_schedule(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    set_paused(&state, &caller, name, false).await
+}
+
+/// Delete a schedule (the tasks it enqueued stay).
+#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "operations",
+    params(("name" = String, Path, description = "Schedule name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+    ))]
+pub(crate) async fn delete_schedule(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    state.db(state.storage().schedule_remove(&name)).await?;
+    record(
+        &state,
+        &caller,
+        "schedule.remove",
+        &name,
+        serde_json::json!({}),
+    )
+    .await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Every queue with tasks or controls.
+#[utoipa::path(get, path = "/v1/queues", tag = "operations",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Queues", body = Vec<QueueView>)))]
+pub(crate) async fn list_queues(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<QueueView>>, ApiError> {
+    let queues = state.db(state.storage().queue_list()).await?;
+    state
+        .inner
+        .pending
+        .put(queues.iter().map(|q| (q.name.clone(), q.waiting)));
+    Ok(Json(
+        queues
+            .iter()
+            .map(|q| QueueView::new(q, max_pending(&state, &q.name)))
+            .collect(),
+    ))
+}
+
+fn max_pending(state: &AppState, queue: &str) -> Option<u64> {
+    state.config().queues.get(queue).and_then(|q| q.max_pending)
+}
+
+async fn update_queue(
+    state: &AppState,
+    caller: &Caller,
+    name: String,
+    change: QueueChange,
+    action: &str,
+) -> Result<Json<QueueView>, ApiError> {
+    let queue = QueueName::new(name)?;
+    let params = QueueUpdateParams {
+        queue: queue.to_string(),
+        change,
+        now: None,
+    };
+    let info = state.db(state.storage().queue_update(&params)).await?;
+    record(state, caller, action, queue.as_str(), serde_json::json!({})).await;
+    Ok(Json(QueueView::new(&info, max_pending(state, &info.name))))
+}
+
+/// Pause a queue: nothing more is claimed from it; running tasks finish.
+#[utoipa::path(post, path = "/v1/queues/{name}/pause", tag = "operations",
+    params(("name" = String, Path, description = "Queue name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Paused", body = QueueView),
+        (status = 422, description = "Invalid queue name", body = ErrorBody),
+    ))]
+pub(crate) async fn pause_queue(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<QueueView>, ApiError> {
+    update_queue(&state, &caller, name, QueueChange::Pause, "queue.pause").await
+}
+
+/// Resume a queue.
+#[utoipa::path(post, path = "/v1/queues/{name}/resume", tag = "operations",
+    params(("name" = String, Path, description = "Queue name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Resumed", body = QueueView),
+        (status = 422, description = "Invalid queue name", body = ErrorBody),
+    ))]
+pub(crate) async fn resume_queue(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<QueueView>, ApiError> {
+    update_queue(&state, &caller, name, QueueChange::Resume, "queue.resume").await
+}

@@ -1,0 +1,523 @@
+//! Task routes: enqueue (one or many), list, get, attempts, wait, cancel, retry.
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use tenax::storage::{
+    RunAt, TaskActionParams, TaskInsertParams, TaskListParams, TaskRef, MAX_DELAY,
+    PAYLOAD_MAX_BYTES,
+};
+use tenax::{Priority, QueueName, TaskId, TaskNo, TaskStatus};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::model::*;
+use crate::routes::{admin::record, secrets};
+use crate::state::AppState;
+
+/// Default and largest page of `GET /v1/tasks`.
+const PAGE_DEFAULT: u32 = 50;
+const PAGE_MAX: u32 = 500;
+/// Default wait of a long-poll.
+const WAIT_DEFAULT: Duration = Duration::from_secs(30);
+
+fn in_range(
+    field: &str,
+    value: Option<i64>,
+    min: i64,
+    max: i64,
+    default: i64,
+) -> Result<i64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        Some(v) => Err(ApiError::invalid(format!(
+            "{field}: must be {min} to {max}, got {v}"
+        ))),
+    }
+}
+
+pub(crate) fn check_command_type(state: &AppState, command_type: &str) -> Result<(), ApiError> {
+    if state.config().command_types.contains(command_type) {
+        return Ok(());
+    }
+    let shown: String = command_type.chars().take(100).collect();
+    Err(ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_command_type",
+        format!(
+            "command type {shown:?} is not accepted by this server (accepted: {})",
+            state
+                .config()
+                .command_types
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ))
+}
+
+/// Turn a request into insert parameters, checking every field.
+fn insert_params(state: &AppState, req: EnqueueRequest) -> Result<TaskInsertParams, ApiError> {
+    check_command_type(state, &req.command_type)?;
+    let payload = req.payload.to_string();
+    if payload.len() > PAYLOAD_MAX_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "payload: {} bytes, at most {PAYLOAD_MAX_BYTES}",
+                payload.len()
+            ),
+        ));
+    }
+    let task_no = match req.task_no {
+        Some(no) => TaskNo::new(no)?,
+        None => TaskNo::generate(),
+    };
+    let queue = QueueName::new(req.queue.unwrap_or_else(|| QueueName::DEFAULT.to_owned()))?;
+    let priority = in_range(
+        "priority",
+        req.priority,
+        0,
+        9,
+        i64::from(Priority::DEFAULT.get()),
+    )?;
+    let priority = Priority::new(u8::try_from(priority).unwrap_or(Priority::DEFAULT.get()))?;
+    let max_attempts = in_range("max_attempts", req.max_attempts, 1, 1000, 5)?;
+    let timeout_ms = in_range("timeout_ms", req.timeout_ms, 1, 24 * 3600 * 1000, 300_000)?;
+    let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
+    let run_at = match (req.delay_ms, req.run_at) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give delay_ms or run_at, not both"));
+        }
+        (Some(_), None) => {
+            let ms = in_range("delay_ms", req.delay_ms, 0, max_delay_ms, 0)?;
+            RunAt::In(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+        }
+        (None, Some(at)) => RunAt::At(at),
+        (None, None) => RunAt::Now,
+    };
+    let payload_version = in_range(
+        "payload_version",
+        req.payload_version,
+        1,
+        i64::from(u32::MAX),
+        1,
+    )?;
+    let concurrency_limit = in_range("concurrency_limit", req.concurrency_limit, 1, 1000, 1)?;
+    Ok(TaskInsertParams {
+        task_no,
+        command_type: req.command_type,
+        payload,
+        payload_version: u32::try_from(payload_version).unwrap_or(1),
+        queue: queue.to_string(),
+        priority,
+        max_attempts: u32::try_from(max_attempts).unwrap_or(5),
+        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(300_000)),
+        run_at,
+        now: None,
+        concurrency_key: req.concurrency_key,
+        concurrency_limit: u32::try_from(concurrency_limit).unwrap_or(1),
+    })
+}
+
+/// 429 when the queue already holds its configured maximum of waiting tasks (a repeat
+/// of an existing `task_no` still gets its task).
+async fn check_pressure(state: &AppState, params: &TaskInsertParams) -> Result<(), ApiError> {
+    let Some(max) = state
+        .config()
+        .queues
+        .get(&params.queue)
+        .and_then(|q| q.max_pending)
+    else {
+        return Ok(());
+    };
+    let pending = match state.inner.pending.get(&params.queue) {
+        Some(n) => n,
+        None => {
+            let queues = state.db(state.storage().queue_list()).await?;
+            let counts: Vec<(String, u64)> =
+                queues.iter().map(|q| (q.name.clone(), q.waiting)).collect();
+            let n = counts
+                .iter()
+                .find(|(name, _)| *name == params.queue)
+                .map_or(0, |(_, n)| *n);
+            state.inner.pending.put(counts);
+            state.inner.pending.put([(params.queue.clone(), n)]);
+            n
+        }
+    };
+    if pending < max {
+        return Ok(());
+    }
+    let existing = state
+        .db(state
+            .storage()
+            .task_get(&TaskRef::No(params.task_no.clone())))
+        .await?;
+    if existing.is_some() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "queue_full",
+        format!(
+            "queue {:?} has {pending} waiting tasks, at most {max}: try again later",
+            params.queue
+        ),
+    )
+    .retry_after(1))
+}
+
+/// Enqueue one request: the task and whether it is new.
+async fn enqueue_one(state: &AppState, req: EnqueueRequest) -> Result<(bool, TaskView), ApiError> {
+    let params = insert_params(state, req)?;
+    check_pressure(state, &params).await?;
+    let inserted = state.db(state.storage().task_insert(&params)).await?;
+    if inserted.created {
+        state.inner.pending.bump(&params.queue);
+    }
+    Ok((
+        inserted.created,
+        secrets::task(state.config(), TaskView::from_record(&inserted.task)),
+    ))
+}
+
+/// Enqueue a task (idempotent by `task_no`).
+#[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = EnqueueRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Created", body = TaskView),
+        (status = 200, description = "The same task_no with the same type and payload: the existing task", body = TaskView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 409, description = "The task_no exists with another type or payload", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 422, description = "Invalid field or unknown command type", body = ErrorBody),
+        (status = 429, description = "The queue is full (Retry-After)", body = ErrorBody),
+        (status = 503, description = "Database unavailable (Retry-After)", body = ErrorBody),
+    ))]
+pub(crate) async fn enqueue(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<EnqueueRequest>,
+) -> Result<(StatusCode, Json<TaskView>), ApiError> {
+    let (created, task) = enqueue_one(&state, req).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(task)))
+}
+
+/// Enqueue many tasks; each gets the outcome a single enqueue would have had.
+#[utoipa::path(post, path = "/v1/tasks/batch", tag = "tasks", request_body = BatchRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One outcome per task", body = BatchResponse),
+        (status = 422, description = "Too many tasks (nothing enqueued)", body = ErrorBody),
+    ))]
+pub(crate) async fn enqueue_batch(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<BatchRequest>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    let max = state.config().batch_max;
+    if req.tasks.is_empty() || req.tasks.len() > max {
+        return Err(ApiError::invalid(format!(
+            "tasks: give 1 to {max} tasks, got {}",
+            req.tasks.len()
+        )));
+    }
+    let mut results = Vec::with_capacity(req.tasks.len());
+    for (index, item) in req.tasks.into_iter().enumerate() {
+        results.push(match enqueue_one(&state, item).await {
+            Ok((created, task)) => BatchItem {
+                index,
+                status: if created { 201 } else { 200 },
+                task: Some(task),
+                error: None,
+            },
+            Err(e) => BatchItem {
+                index,
+                status: e.status.as_u16(),
+                task: None,
+                error: Some(ErrorDetail {
+                    code: e.code.to_owned(),
+                    message: e.message,
+                }),
+            },
+        });
+    }
+    Ok(Json(BatchResponse { results }))
+}
+
+pub(crate) fn encode_cursor(before: i64) -> String {
+    hex::encode(format!("v1:{before}"))
+}
+
+pub(crate) fn decode_cursor(cursor: &str) -> Result<TaskId, ApiError> {
+    let bad = || {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_cursor",
+            "cursor: not a cursor this server issued (pass next_cursor back unchanged)",
+        )
+    };
+    let bytes = hex::decode(cursor).map_err(|_| bad())?;
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    let id: i64 = text
+        .strip_prefix("v1:")
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(bad)?;
+    Ok(TaskId(id))
+}
+
+/// Tasks newest first, filtered, a page at a time.
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(ListQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page", body = TaskPage),
+        (status = 400, description = "Bad cursor or query", body = ErrorBody),
+        (status = 422, description = "Invalid filter", body = ErrorBody),
+    ))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<TaskPage>, ApiError> {
+    let status = query
+        .status
+        .as_deref()
+        .map(|s| {
+            s.parse::<TaskStatus>().map_err(|_| {
+                ApiError::invalid(format!(
+                    "status: unknown status {:?}",
+                    s.chars().take(40).collect::<String>()
+                ))
+            })
+        })
+        .transpose()?;
+    if let Some(t) = &query.command_type {
+        tenax_core::validate_command_type(t)?;
+    }
+    if let Some(q) = &query.queue {
+        QueueName::new(q.clone())?;
+    }
+    let limit = query.limit.unwrap_or(PAGE_DEFAULT);
+    if limit == 0 || limit > PAGE_MAX {
+        return Err(ApiError::invalid(format!(
+            "limit: must be 1 to {PAGE_MAX}, got {limit}"
+        )));
+    }
+    if let (Some(after), Some(before)) = (query.created_after, query.created_before) {
+        if after >= before {
+            return Err(ApiError::invalid(
+                "created_after must be before created_before",
+            ));
+        }
+    }
+    let before_id = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let params = list_params(&query, status, before_id, limit);
+    let tasks = state.db(state.storage().task_list(&params)).await?;
+    let next_cursor = (tasks.len() == limit as usize)
+        .then(|| tasks.last().map(|t| encode_cursor(t.id.0)))
+        .flatten();
+    Ok(Json(TaskPage {
+        tasks: tasks
+            .iter()
+            .map(|t| secrets::task(state.config(), TaskView::from_record(t)))
+            .collect(),
+        next_cursor,
+    }))
+}
+
+fn list_params(
+    query: &ListQuery,
+    status: Option<TaskStatus>,
+    before_id: Option<TaskId>,
+    limit: u32,
+) -> TaskListParams {
+    TaskListParams {
+        status,
+        command_type: query.command_type.clone(),
+        queue: query.queue.clone(),
+        before_id,
+        limit,
+        created_after: query.created_after,
+        created_before: query.created_before,
+        ..TaskListParams::default()
+    }
+}
+
+async fn find(state: &AppState, task: TaskRef) -> Result<TaskView, ApiError> {
+    let shown = task.to_string();
+    match state.db(state.storage().task_get(&task)).await? {
+        Some(t) => Ok(secrets::task(state.config(), TaskView::from_record(&t))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "task_not_found",
+            format!("task {shown} not found"),
+        )),
+    }
+}
+
+/// A task by id.
+#[utoipa::path(get, path = "/v1/tasks/{id}", tag = "tasks",
+    params(("id" = i64, Path, description = "Task id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 404, description = "No such task", body = ErrorBody),
+    ))]
+pub(crate) async fn get_by_id(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<TaskView>, ApiError> {
+    Ok(Json(find(&state, TaskRef::Id(TaskId(id))).await?))
+}
+
+/// A task by its business number.
+#[utoipa::path(get, path = "/v1/tasks/by-no/{task_no}", tag = "tasks",
+    params(("task_no" = String, Path, description = "Task number")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 404, description = "No such task", body = ErrorBody),
+    ))]
+pub(crate) async fn get_by_no(
+    State(state): State<AppState>,
+    ApiPath(task_no): ApiPath<String>,
+) -> Result<Json<TaskView>, ApiError> {
+    let no = TaskNo::new(task_no)?;
+    Ok(Json(find(&state, TaskRef::No(no)).await?))
+}
+
+/// A task's attempts, oldest first (the last 20).
+#[utoipa::path(get, path = "/v1/tasks/{id}/attempts", tag = "tasks",
+    params(("id" = i64, Path, description = "Task id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Attempts", body = Vec<AttemptView>),
+        (status = 404, description = "No such task", body = ErrorBody),
+    ))]
+pub(crate) async fn attempts(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<Vec<AttemptView>>, ApiError> {
+    find(&state, TaskRef::Id(TaskId(id))).await?;
+    let attempts = state.db(state.storage().task_attempts(TaskId(id))).await?;
+    Ok(Json(attempts.iter().map(AttemptView::from).collect()))
+}
+
+/// Wait until a task reaches a final status, or the timeout passes.
+#[utoipa::path(get, path = "/v1/tasks/{id}/wait", tag = "tasks",
+    params(("id" = i64, Path, description = "Task id"), WaitQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The task reached a final status", body = WaitResponse),
+        (status = 202, description = "The wait timed out; the task as it stands (finished = false)", body = WaitResponse),
+        (status = 404, description = "No such task", body = ErrorBody),
+    ))]
+pub(crate) async fn wait(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+) -> Result<(StatusCode, Json<WaitResponse>), ApiError> {
+    let timeout = query
+        .timeout_ms
+        .map_or(WAIT_DEFAULT, Duration::from_millis)
+        .min(state.config().wait_max);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let task = find(&state, TaskRef::Id(TaskId(id))).await?;
+        let finished = task
+            .status
+            .parse::<TaskStatus>()
+            .is_ok_and(TaskStatus::is_finished);
+        let now = tokio::time::Instant::now();
+        if finished || now >= deadline || state.inner.shutdown.is_cancelled() {
+            let status = if finished {
+                StatusCode::OK
+            } else {
+                StatusCode::ACCEPTED
+            };
+            return Ok((status, Json(WaitResponse { finished, task })));
+        }
+        let sleep = pause.min(deadline - now);
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = state.inner.shutdown.cancelled() => {}
+        }
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// Cancel a task (a running one is asked to stop and returned still running).
+#[utoipa::path(post, path = "/v1/tasks/{id}/cancel", tag = "tasks",
+    params(("id" = i64, Path, description = "Task id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Cancelled, or cancel requested", body = TaskView),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "Already finished", body = ErrorBody),
+    ))]
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<TaskView>, ApiError> {
+    let params = TaskActionParams {
+        task: TaskRef::Id(TaskId(id)),
+        now: None,
+    };
+    let task = state.db(state.storage().task_cancel(&params)).await?;
+    record(
+        &state,
+        &caller,
+        "task.cancel",
+        &id.to_string(),
+        serde_json::json!({"status": task.status.as_str()}),
+    )
+    .await;
+    Ok(Json(secrets::task(
+        state.config(),
+        TaskView::from_record(&task),
+    )))
+}
+
+/// Retry a dead task with a fresh attempt budget.
+#[utoipa::path(post, path = "/v1/tasks/{id}/retry", tag = "tasks",
+    params(("id" = i64, Path, description = "Task id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Pending again", body = TaskView),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "Not dead", body = ErrorBody),
+    ))]
+pub(crate) async fn retry(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<TaskView>, ApiError> {
+    let params = TaskActionParams {
+        task: TaskRef::Id(TaskId(id)),
+        now: None,
+    };
+    let task = state.db(state.storage().task_retry(&params)).await?;
+    record(
+        &state,
+        &caller,
+        "task.retry",
+        &id.to_string(),
+        serde_json::json!({}),
+    )
+    .await;
+    Ok(Json(secrets::task(
+        state.config(),
+        TaskView::from_record(&task),
+    )))
+}
