@@ -40,6 +40,13 @@ impl ApiError {
         }
     }
 
+    /// The same error, its message prefixed with where in the request it arose
+    /// (`tasks[3]: ...`).
+    pub(crate) fn at(mut self, place: &str) -> Self {
+        self.message = format!("{place}: {}", self.message);
+        self
+    }
+
     pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
         self

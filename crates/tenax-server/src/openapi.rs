@@ -4,7 +4,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::model::*;
-use crate::routes::{admin, health, ops, tasks};
+use crate::routes::{admin, health, ops, tasks, workflows};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +68,9 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/v1/queues", Access::Read),
     route("POST", "/v1/queues/{name}/pause", Access::Admin),
     route("POST", "/v1/queues/{name}/resume", Access::Admin),
+    route("POST", "/v1/workflows", Access::Enqueue),
+    route("GET", "/v1/workflows", Access::Read),
+    route("GET", "/v1/workflows/{id}", Access::TaskRead),
 ];
 
 struct BearerAuth;
@@ -121,18 +124,23 @@ impl Modify for BearerAuth {
         admin::list_queues,
         admin::pause_queue,
         admin::resume_queue,
+        workflows::create,
+        workflows::list,
+        workflows::get,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
         TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
         ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
-        AuditView, AuditPage
+        AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
+        WorkflowTaskView, WorkflowDetailView, WorkflowPage
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "probes", description = "Liveness and readiness, open without a token."),
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
         (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues."),
+        (name = "workflows", description = "Enqueue a DAG of tasks or a saga, and follow it."),
     )
 )]
 struct ApiDoc;

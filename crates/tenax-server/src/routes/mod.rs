@@ -17,6 +17,7 @@ pub(crate) mod health;
 pub(crate) mod ops;
 mod secrets;
 pub(crate) mod tasks;
+pub(crate) mod workflows;
 
 /// The API as an axum router: mount it, or serve it with [`serve`](crate::serve).
 pub fn router(state: AppState) -> Router {
@@ -51,6 +52,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/queues", get(admin::list_queues))
         .route("/v1/queues/{name}/pause", post(admin::pause_queue))
         .route("/v1/queues/{name}/resume", post(admin::resume_queue))
+        .route(
+            "/v1/workflows",
+            post(workflows::create).get(workflows::list),
+        )
+        .route("/v1/workflows/{id}", get(workflows::get))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::auth::require_token,

@@ -61,7 +61,10 @@ pub(crate) fn check_command_type(state: &AppState, command_type: &str) -> Result
 }
 
 /// Turn a request into insert parameters, checking every field.
-fn insert_params(state: &AppState, req: EnqueueRequest) -> Result<TaskInsertParams, ApiError> {
+pub(crate) fn insert_params(
+    state: &AppState,
+    req: EnqueueRequest,
+) -> Result<TaskInsertParams, ApiError> {
     check_command_type(state, &req.command_type)?;
     let payload = req.payload.to_string();
     if payload.len() > PAYLOAD_MAX_BYTES {
@@ -127,7 +130,10 @@ fn insert_params(state: &AppState, req: EnqueueRequest) -> Result<TaskInsertPara
 
 /// 429 when the queue already holds its configured maximum of waiting tasks (a repeat
 /// of an existing `task_no` still gets its task).
-async fn check_pressure(state: &AppState, params: &TaskInsertParams) -> Result<(), ApiError> {
+pub(crate) async fn check_pressure(
+    state: &AppState,
+    params: &TaskInsertParams,
+) -> Result<(), ApiError> {
     let Some(max) = state
         .config()
         .queues

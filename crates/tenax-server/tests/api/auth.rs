@@ -16,6 +16,10 @@ fn body_for(method: &str, path: &str) -> Option<String> {
         match path {
             "/v1/tasks" => json!({"command_type": "echo", "payload": {"n": 1}}),
             "/v1/tasks/batch" => json!({"tasks": [{"command_type": "echo"}]}),
+            "/v1/workflows" => json!({"name": "flow", "tasks": [
+                {"key": "a", "task": {"command_type": "echo"}},
+                {"key": "b", "after": ["a"], "task": {"command_type": "echo"}}
+            ]}),
             "/v1/schedules" => {
                 json!({"name": "every-minute", "command_type": "echo", "every_secs": 60})
             }

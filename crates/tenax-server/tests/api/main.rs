@@ -17,6 +17,7 @@ mod openapi;
 mod ops;
 mod support;
 mod wait;
+mod workflows;
 
 /// One `#[tokio::test]` per backend for a case taking `&Harness`.
 #[macro_export]
