@@ -26,6 +26,24 @@ pub struct WorkerSpec {
     pub grace_ms: u64,
     /// Each worker's standard error goes to `<log_dir>/worker-<n>.log`.
     pub log_dir: PathBuf,
+    /// Clock offsets (libfaketime `FAKETIME` values such as `+1h`), one per worker in
+    /// turn; none when empty. Monotonic time is left alone.
+    pub skews: Vec<String>,
+}
+
+/// Where libfaketime is, if installed (`TENAX_LIBFAKETIME`, else Debian's path).
+pub fn libfaketime() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TENAX_LIBFAKETIME") {
+        return Some(PathBuf::from(path)).filter(|p| p.is_file());
+    }
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
 }
 
 /// The live workers.
@@ -80,6 +98,15 @@ impl Fleet {
             .args(["--grace-ms", &s.grace_ms.to_string()]);
         if let Some(ms) = s.retention_ms {
             command.args(["--retention-ms", &ms.to_string()]);
+        }
+        if !s.skews.is_empty() {
+            let lib =
+                libfaketime().ok_or_else(|| anyhow::anyhow!("libfaketime is not installed"))?;
+            command
+                .env("LD_PRELOAD", lib)
+                .env("FAKETIME", &s.skews[self.spawned % s.skews.len()])
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_NO_CACHE", "1");
         }
         std::fs::create_dir_all(&s.log_dir)?;
         let log = std::fs::File::create(s.log_dir.join(format!("worker-{}.log", self.spawned)))?;

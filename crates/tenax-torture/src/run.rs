@@ -14,6 +14,7 @@ use tenax::{Client, CompensationState, TaskStatus};
 use crate::check::{check, Findings};
 use crate::fleet::{rss_and_fds, Fleet, WorkerSpec};
 use crate::ledger::Ledger;
+use crate::private_mariadb::PrivateMariadb;
 use crate::private_pg::PrivatePostgres;
 use crate::proxy::{FaultProxy, Mode};
 use crate::worker::{Behaviour, TORTURE};
@@ -26,6 +27,8 @@ pub enum Backend {
     Sqlite,
     /// A private PostgreSQL server.
     Postgres,
+    /// A private MariaDB server.
+    Mariadb,
 }
 
 /// What a run does. Every count may be zero.
@@ -73,6 +76,11 @@ pub struct Plan {
     pub sample: bool,
     /// Write one stale completion behind the lease guard's back (checker self-test).
     pub inject_stale_completion: bool,
+    /// Worker clock offsets under libfaketime (one per worker in turn), e.g. `+1h`.
+    pub skews: Vec<String>,
+    /// Where the report goes (default: [`report_dir`]).
+    #[serde(skip)]
+    pub report_dir: Option<PathBuf>,
 }
 
 impl Plan {
@@ -100,6 +108,8 @@ impl Plan {
             retention_ms: None,
             sample: false,
             inject_stale_completion: false,
+            skews: Vec::new(),
+            report_dir: None,
         }
     }
 }
@@ -269,6 +279,7 @@ struct Store {
     direct_url: String,
     _dir: Option<tempfile::TempDir>,
     pg: Option<PrivatePostgres>,
+    mariadb: Option<PrivateMariadb>,
 }
 
 fn open_store(backend: Backend) -> anyhow::Result<Store> {
@@ -281,6 +292,7 @@ fn open_store(backend: Backend) -> anyhow::Result<Store> {
                 direct_url: format!("sqlite://{}", dir.path().join("tenax.db").display()),
                 _dir: Some(dir),
                 pg: None,
+                mariadb: None,
             }
         }
         Backend::Postgres => {
@@ -289,6 +301,16 @@ fn open_store(backend: Backend) -> anyhow::Result<Store> {
                 direct_url: pg.url(),
                 _dir: None,
                 pg: Some(pg),
+                mariadb: None,
+            }
+        }
+        Backend::Mariadb => {
+            let db = PrivateMariadb::start()?;
+            Store {
+                direct_url: db.url(),
+                _dir: None,
+                pg: None,
+                mariadb: Some(db),
             }
         }
     })
@@ -298,6 +320,7 @@ fn open_store(backend: Backend) -> anyhow::Result<Store> {
 pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Result<Report> {
     let started = Instant::now();
     let nanos = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
+    let reports = plan.report_dir.clone().unwrap_or_else(report_dir);
     let run_id = format!("{}-{}-{}", plan.name, plan.seed, nanos);
     println!(
         "torture: {} on {:?}, seed {} (replay: TENAX_SEED={} or --seed {})",
@@ -328,7 +351,8 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
             concurrency: plan.concurrency,
             retention_ms: plan.retention_ms,
             grace_ms: 300,
-            log_dir: report_dir().join("logs").join(&run_id),
+            log_dir: reports.join("logs").join(&run_id),
+            skews: plan.skews.clone(),
         },
         plan.workers,
     )?;
@@ -407,6 +431,7 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
             match plan.backend {
                 Backend::Sqlite => "sqlite",
                 Backend::Postgres => "postgres",
+                Backend::Mariadb => "mariadb",
             },
             plan.seed
         ),
@@ -419,9 +444,8 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
         findings,
         samples,
     };
-    let dir = report_dir();
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{}.json", report.plan.name, report.plan.seed));
+    std::fs::create_dir_all(&reports)?;
+    let path = reports.join(format!("{}-{}.json", report.plan.name, report.plan.seed));
     std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
     println!("torture: {}", report.summary());
     println!("torture: report {}", path.display());
@@ -551,15 +575,15 @@ async fn faults(
                 tokio::time::sleep(Duration::from_millis(rng.random_range(50..1000))).await;
             }
             Event::Restart => {
-                let pg = store
-                    .pg
-                    .as_mut()
-                    .ok_or_else(|| anyhow::anyhow!("restarts need PostgreSQL"))?;
-                let fault = ledger
-                    .fault("db_restart", None, "pg_ctl stop -m immediate")
-                    .await?;
                 let down = Duration::from_millis(rng.random_range(200..1500));
-                tokio::task::block_in_place(|| pg.restart_immediate(down))?;
+                let fault = ledger
+                    .fault("db_restart", None, "crash and restart")
+                    .await?;
+                match (store.pg.as_mut(), store.mariadb.as_mut()) {
+                    (Some(pg), _) => tokio::task::block_in_place(|| pg.restart_immediate(down))?,
+                    (_, Some(db)) => tokio::task::block_in_place(|| db.kill_restart(down))?,
+                    _ => anyhow::bail!("restarts need a database server"),
+                }
                 ledger.fault_end(fault).await?;
                 injected.db_restarts += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(1000..4000))).await;

@@ -22,6 +22,9 @@ pub const SCENARIOS: &[&str] = &[
     "kill9-sqlite",
     "kill9-postgres",
     "pg-restart",
+    "mariadb",
+    "skew-postgres",
+    "skew-mariadb",
     "proxy",
     "pause-term",
     "soak",
@@ -50,6 +53,32 @@ pub fn plan(name: &str, seed: u64, scale: f64) -> anyhow::Result<Plan> {
             let mut p = Plan::new(name, Backend::Postgres, seed);
             p.db_restarts = scaled(5, scale);
             p.tasks = scaled(400, scale);
+            p.enqueue_per_sec = 20;
+            p
+        }
+        // R1/R2 on MariaDB: workers SIGKILLed, and the server SIGKILLed and restarted.
+        "mariadb" => {
+            let mut p = Plan::new(name, Backend::Mariadb, seed);
+            p.kills = scaled(50, scale);
+            p.db_restarts = scaled(3, scale);
+            p.tasks = scaled(400, scale);
+            p.enqueue_per_sec = 10;
+            p.poison_permille = 10;
+            p
+        }
+        // R5: worker clocks an hour ahead, an hour behind and ten minutes ahead of the
+        // database's (libfaketime); a third of the tasks delayed, plus kills.
+        "skew-postgres" | "skew-mariadb" => {
+            let backend = if name.ends_with("postgres") {
+                Backend::Postgres
+            } else {
+                Backend::Mariadb
+            };
+            let mut p = Plan::new(name, backend, seed);
+            p.skews = vec!["+1h".into(), "-1h".into(), "+10m".into()];
+            p.kills = scaled(20, scale);
+            p.tasks = scaled(300, scale);
+            p.delayed_permille = 330;
             p.enqueue_per_sec = 20;
             p
         }
@@ -115,7 +144,17 @@ pub fn long_part(part: u32, seed: u64, scale: f64) -> anyhow::Result<Vec<Plan>> 
         4 => vec![plan("proxy", seed, 5.0 * s)?],
         5 => vec![plan("pause-term", seed, 20.0 * s)?],
         6 => vec![plan("soak", seed, 10.0 * s)?],
-        other => anyhow::bail!("the long tier has parts 1 to 6, not {other}"),
+        7 => {
+            // 1,000 worker kills and 20 server kills on MariaDB.
+            let mut p = plan("mariadb", seed, 20.0 * s)?;
+            p.db_restarts = scaled(20, s);
+            vec![p]
+        }
+        8 => vec![
+            plan("skew-postgres", seed, 20.0 * s)?,
+            plan("skew-mariadb", seed, 20.0 * s)?,
+        ],
+        other => anyhow::bail!("the long tier has parts 1 to 8, not {other}"),
     })
 }
 

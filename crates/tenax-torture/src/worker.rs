@@ -124,6 +124,12 @@ pub struct WorkerArgs {
 
 /// Run a torture worker until SIGTERM or Ctrl-C.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    // Under libfaketime this shows the skew the process runs with.
+    eprintln!(
+        "torture worker {}: wall clock {}",
+        std::process::id(),
+        chrono::Utc::now().to_rfc3339()
+    );
     // A worker started while the database is down or its connection is being cut
     // waits for it, as a supervisor restarting it would: faults hit running workers.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

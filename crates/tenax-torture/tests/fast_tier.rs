@@ -45,9 +45,11 @@ async fn scenario(name: &str) -> Option<Report> {
     let url = ledger()?;
     let _one = ONE_AT_A_TIME.lock().await;
     let seed = seed_from_env();
-    let report = run(plan(name, seed, scale_from_env()).unwrap(), program(), &url)
-        .await
-        .unwrap();
+    let mut plan = plan(name, seed, scale_from_env()).unwrap();
+    // target/torture of this build, wherever the target directory is.
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    plan.report_dir = target.parent().map(|t| t.join("torture"));
+    let report = run(plan, program(), &url).await.unwrap();
     Some(report)
 }
 
@@ -172,4 +174,48 @@ async fn a_stale_completion_behind_the_guard_turns_the_checker_red() {
     assert!(!r.is_clean(), "the checker missed it: {}", r.summary());
     assert!(r.findings.stale_writes_accepted >= 1, "{}", r.summary());
     assert!(r.findings.illegal_transitions >= 1, "{}", r.summary());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_worker_and_server_kills_lose_nothing() {
+    if !tenax_torture::private_mariadb::available() {
+        assert!(
+            std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
+            "no MariaDB server tools for a private instance, but TENAX_REQUIRE_ALL_BACKENDS=1"
+        );
+        eprintln!("SKIP: no MariaDB server tools (mariadbd, mariadb-install-db)");
+        return;
+    }
+    let Some(r) = scenario("mariadb").await else {
+        return;
+    };
+    assert_clean(&r);
+    assert_eq!(r.injected.db_restarts, r.plan.db_restarts);
+    assert_eq!(r.findings.poison_dead_after_max, r.findings.poison_tasks);
+}
+
+/// Worker clocks skewed by ±1 h and +10 min (libfaketime): no task starts before its
+/// time by the database clock, no lease is reclaimed early (that would be an
+/// unexplained re-execution).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skewed_worker_clocks_start_nothing_early_on_postgres_and_mariadb() {
+    if tenax_torture::fleet::libfaketime().is_none() {
+        eprintln!(
+            "SKIP: clock skew: libfaketime is not installed (apt-get install faketime); \
+             the CI installs it"
+        );
+        return;
+    }
+    if private_postgres_possible() {
+        let Some(r) = scenario("skew-postgres").await else {
+            return;
+        };
+        assert_clean(&r);
+    }
+    if tenax_torture::private_mariadb::available() {
+        let Some(r) = scenario("skew-mariadb").await else {
+            return;
+        };
+        assert_clean(&r);
+    }
 }
