@@ -1,6 +1,8 @@
 //! The worker processes of a run: started, killed, paused, stopped and replaced.
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::ledger::Ledger;
@@ -46,11 +48,18 @@ pub fn libfaketime() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
-/// The live workers.
+/// An exit the watcher saw: pid, when (µs since the Unix epoch, this host's clock, which
+/// the ledger server on the same host shares), and the status.
+type Exit = (u32, i64, std::process::ExitStatus);
+
+/// The live workers. A watcher thread reaps any worker that ends by itself within 10 ms
+/// and notes when, so that its executions end at its death, not at the next look.
 #[derive(Debug)]
 pub struct Fleet {
     spec: WorkerSpec,
-    children: Vec<Child>,
+    children: Arc<Mutex<Vec<Child>>>,
+    exited: Arc<Mutex<Vec<Exit>>>,
+    stop_watch: Arc<AtomicBool>,
     spawned: usize,
     /// Processes that ended by themselves: `(pid, status)`.
     pub exits: Vec<(u32, String)>,
@@ -69,12 +78,24 @@ pub fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Fleet {
     /// Start `n` workers.
     pub fn start(spec: WorkerSpec, n: usize) -> anyhow::Result<Self> {
         let mut fleet = Self {
             spec,
-            children: Vec::new(),
+            children: Arc::default(),
+            exited: Arc::default(),
+            stop_watch: Arc::default(),
             spawned: 0,
             exits: Vec::new(),
             ledger_failures: 0,
@@ -82,6 +103,31 @@ impl Fleet {
         for _ in 0..n {
             fleet.spawn()?;
         }
+        let (children, exited, stop) = (
+            fleet.children.clone(),
+            fleet.exited.clone(),
+            fleet.stop_watch.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                {
+                    let mut live = lock(&children);
+                    let mut i = 0;
+                    while i < live.len() {
+                        match live[i].try_wait() {
+                            Ok(Some(status)) => {
+                                let mut done = live.swap_remove(i);
+                                // Already reaped by `try_wait`: returns at once.
+                                let _ = done.wait();
+                                lock(&exited).push((done.id(), now_us(), status));
+                            }
+                            _ => i += 1,
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
         Ok(fleet)
     }
 
@@ -117,53 +163,54 @@ impl Fleet {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
-        self.children.push(child);
+        lock(&self.children).push(child);
         Ok(())
     }
 
     /// Pids of the live workers.
     pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
+        lock(&self.children).iter().map(Child::id).collect()
     }
 
-    /// Replace every worker that ended by itself (a poison pill, a crash), logging each
-    /// exit as a fault. Returns how many were replaced.
-    pub async fn supervise(&mut self, ledger: &Ledger) -> anyhow::Result<usize> {
-        let mut replaced = 0;
-        let mut i = 0;
-        while i < self.children.len() {
-            if let Some(status) = self.children[i].try_wait()? {
-                let mut done = self.children.swap_remove(i);
-                let pid = done.id();
-                // Already reaped by `try_wait`; this returns the same status at once.
-                done.wait()?;
-                if status.code() == Some(70) {
-                    self.ledger_failures += 1;
-                }
-                ledger
-                    .fault("exit", Some(pid), &format!("{status}"))
-                    .await?;
-                self.exits.push((pid, status.to_string()));
-                self.spawn()?;
-                replaced += 1;
-            } else {
-                i += 1;
-            }
+    /// Take worker `index % len` out of the watched set (the harness ends it itself).
+    fn take(&self, index: usize) -> Option<Child> {
+        let mut live = lock(&self.children);
+        if live.is_empty() {
+            return None;
         }
-        Ok(replaced)
+        let i = index % live.len();
+        Some(live.swap_remove(i))
+    }
+
+    /// Log every worker that ended by itself (a poison pill, a crash) as a fault at the
+    /// time it died, and replace it. Returns how many were replaced.
+    pub async fn supervise(&mut self, ledger: &Ledger) -> anyhow::Result<usize> {
+        let exited: Vec<Exit> = std::mem::take(&mut *lock(&self.exited));
+        for (pid, at_us, status) in &exited {
+            if status.code() == Some(70) {
+                self.ledger_failures += 1;
+            }
+            ledger
+                .fault_at("exit", Some(*pid), &format!("{status}"), *at_us)
+                .await?;
+            self.exits.push((*pid, status.to_string()));
+            self.spawn()?;
+        }
+        Ok(exited.len())
     }
 
     /// SIGKILL worker `index % len` and start a replacement; the kill is logged.
-    pub async fn kill9(&mut self, index: usize, ledger: &Ledger) -> anyhow::Result<u32> {
-        let i = index % self.children.len().max(1);
-        let mut child = self.children.swap_remove(i);
+    pub async fn kill9(&mut self, index: usize, ledger: &Ledger) -> anyhow::Result<Option<u32>> {
+        let Some(mut child) = self.take(index) else {
+            return Ok(None);
+        };
         let pid = child.id();
         let killed = child.kill();
         child.wait()?;
         killed?;
         ledger.fault("kill", Some(pid), "SIGKILL").await?;
         self.spawn()?;
-        Ok(pid)
+        Ok(Some(pid))
     }
 
     /// SIGSTOP worker `index % len` for `pause`, then SIGCONT; logged with its span.
@@ -172,15 +219,21 @@ impl Fleet {
         index: usize,
         pause: Duration,
         ledger: &Ledger,
-    ) -> anyhow::Result<u32> {
-        let i = index % self.children.len().max(1);
-        let pid = self.children[i].id();
+    ) -> anyhow::Result<Option<u32>> {
+        let pid = {
+            let live = lock(&self.children);
+            if live.is_empty() {
+                return Ok(None);
+            }
+            live[index % live.len()].id()
+        };
         let fault = ledger.fault("pause", Some(pid), "SIGSTOP").await?;
         signal(pid, "STOP")?;
         tokio::time::sleep(pause).await;
-        signal(pid, "CONT")?;
+        // It may have died meanwhile (a poison pill in its queue before the stop).
+        let _ = signal(pid, "CONT");
         ledger.fault_end(fault).await?;
-        Ok(pid)
+        Ok(Some(pid))
     }
 
     /// SIGTERM worker `index % len`, wait for it to exit (within grace + `slack`), and
@@ -190,16 +243,17 @@ impl Fleet {
         index: usize,
         slack: Duration,
         ledger: &Ledger,
-    ) -> anyhow::Result<(u32, bool)> {
-        let i = index % self.children.len().max(1);
-        let pid = self.children[i].id();
-        let fault = ledger.fault("term", Some(pid), "SIGTERM").await?;
-        let mut child = self.children.swap_remove(i);
+    ) -> anyhow::Result<Option<(u32, bool)>> {
+        let Some(mut child) = self.take(index) else {
+            return Ok(None);
+        };
+        let pid = child.id();
         if let Err(e) = signal(pid, "TERM") {
             let _ = child.kill();
             child.wait()?;
             return Err(e);
         }
+        let fault = ledger.fault("term", Some(pid), "SIGTERM").await;
         let deadline = Instant::now() + Duration::from_millis(self.spec.grace_ms) + slack;
         let clean = loop {
             if let Some(status) = child.try_wait()? {
@@ -212,18 +266,20 @@ impl Fleet {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        ledger.fault_end(fault).await?;
+        ledger.fault_end(fault?).await?;
         self.spawn()?;
-        Ok((pid, clean))
+        Ok(Some((pid, clean)))
     }
 
-    /// Stop every worker with SIGTERM (SIGKILL after a deadline); logged as `term`.
+    /// Stop every worker with SIGTERM (SIGKILL after a deadline).
     pub async fn stop(&mut self, ledger: &Ledger) -> anyhow::Result<()> {
-        for child in &self.children {
+        self.stop_watch.store(true, Ordering::SeqCst);
+        let children: Vec<Child> = std::mem::take(&mut *lock(&self.children));
+        for child in &children {
             let _ = signal(child.id(), "TERM");
         }
         let deadline = Instant::now() + Duration::from_millis(self.spec.grace_ms + 5000);
-        for mut child in self.children.drain(..) {
+        for mut child in children {
             loop {
                 if child.try_wait()?.is_some() {
                     break;
@@ -245,7 +301,8 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        for child in &mut self.children {
+        self.stop_watch.store(true, Ordering::SeqCst);
+        for child in lock(&self.children).iter_mut() {
             let _ = child.kill();
             let _ = child.wait();
         }

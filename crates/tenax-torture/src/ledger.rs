@@ -122,6 +122,28 @@ impl Ledger {
         Ok(id)
     }
 
+    /// Record a fault that began at `at_us` (µs since the Unix epoch, this host's clock).
+    pub async fn fault_at(
+        &self,
+        kind: &str,
+        pid: Option<u32>,
+        detail: &str,
+        at_us: i64,
+    ) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO torture_fault (run, at, kind, pid, detail)
+             VALUES ($1, to_timestamp($2::float8 / 1e6), $3, $4, $5)",
+        )
+        .bind(&self.run)
+        .bind(at_us)
+        .bind(kind)
+        .bind(pid.and_then(|p| i32::try_from(p).ok()))
+        .bind(detail)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Mark the end of a fault with a duration (a pause, an outage).
     pub async fn fault_end(&self, id: i64) -> anyhow::Result<()> {
         sqlx::query("UPDATE torture_fault SET until = clock_timestamp() WHERE id = $1")

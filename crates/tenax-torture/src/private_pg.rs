@@ -2,6 +2,8 @@
 //! TCP port on 127.0.0.1 in a temporary directory — never a shared service — so that a
 //! run may crash and restart it. Stopped and deleted on drop.
 //!
+//! Used by the torture runs and by the CLI's outage test.
+//!
 //! Server binaries: `TENAX_PG_BINDIR`, else the newest `/usr/lib/postgresql/<v>/bin`,
 //! else `PATH`. PostgreSQL refuses to run as root, so under root every server tool runs
 //! as the `postgres` OS user (`runuser -u postgres --`).
@@ -9,7 +11,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context};
 
@@ -24,6 +26,24 @@ pub struct PrivatePostgres {
     port: u16,
     dir: tempfile::TempDir,
     running: bool,
+}
+
+/// When an immediate-mode restart took the server down and brought it back.
+#[derive(Debug, Clone, Copy)]
+pub struct Restart {
+    /// `pg_ctl stop -m immediate` returned: the server is gone.
+    pub down_at: Instant,
+    /// `pg_ctl start -w` returned: the server accepts connections again.
+    pub up_at: Instant,
+    /// `up_at` on the wall clock, to compare with database timestamps.
+    pub up_wall: SystemTime,
+}
+
+impl Restart {
+    /// How long the server was unreachable.
+    pub fn outage(&self) -> Duration {
+        self.up_at - self.down_at
+    }
 }
 
 fn has_server_tools(dir: &Path) -> bool {
@@ -127,6 +147,9 @@ impl PrivatePostgres {
         if !pg.running {
             bail!("cannot start PostgreSQL: {last}");
         }
+        if pg.port == 5432 {
+            bail!("picked the shared PostgreSQL port");
+        }
         let createdb = Command::new(pg.bindir.join("createdb"))
             .args([
                 "-h",
@@ -157,17 +180,27 @@ impl PrivatePostgres {
     /// Crash the server (`pg_ctl stop -m immediate`: no checkpoint, every session cut),
     /// keep it down for `down_for`, start it again (crash recovery runs) and wait until
     /// it accepts connections.
-    pub fn restart_immediate(&mut self, down_for: Duration) -> anyhow::Result<()> {
+    pub fn restart_immediate(&mut self, down_for: Duration) -> anyhow::Result<Restart> {
         let stop = self.pg_ctl_stop()?;
         if !stop.status.success() {
             bail!("pg_ctl stop: {}", describe(&stop));
         }
         self.running = false;
+        let down_at = Instant::now();
         // The outage itself: an intended length, not a wait for a condition.
         std::thread::sleep(down_for);
         self.pg_ctl_start()?;
         self.running = true;
-        Ok(())
+        Ok(Restart {
+            down_at,
+            up_at: Instant::now(),
+            up_wall: SystemTime::now(),
+        })
+    }
+
+    /// The server's log (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_file()).unwrap_or_default()
     }
 
     fn data_dir(&self) -> PathBuf {

@@ -570,7 +570,11 @@ async fn faults(
         let index = rng.random_range(0..plan.workers.max(1));
         match event {
             Event::Kill => {
-                fleet.kill9(index, ledger).await?;
+                // Every worker may have just died by itself: replace, then kill.
+                while fleet.kill9(index, ledger).await?.is_none() {
+                    injected.exits += fleet.supervise(ledger).await?;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 injected.kills += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(50..1000))).await;
             }
@@ -580,7 +584,9 @@ async fn faults(
                     .fault("db_restart", None, "crash and restart")
                     .await?;
                 match (store.pg.as_mut(), store.mariadb.as_mut()) {
-                    (Some(pg), _) => tokio::task::block_in_place(|| pg.restart_immediate(down))?,
+                    (Some(pg), _) => {
+                        tokio::task::block_in_place(|| pg.restart_immediate(down))?;
+                    }
                     (_, Some(db)) => tokio::task::block_in_place(|| db.kill_restart(down))?,
                     _ => anyhow::bail!("restarts need a database server"),
                 }
@@ -594,14 +600,30 @@ async fn faults(
             }
             Event::Pause => {
                 // Past the lease, past the reaper's next pass, so another worker reclaims.
-                fleet.pause(index, lease * 2 + lease / 2, ledger).await?;
+                while fleet
+                    .pause(index, lease * 2 + lease / 2, ledger)
+                    .await?
+                    .is_none()
+                {
+                    injected.exits += fleet.supervise(ledger).await?;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 injected.pauses += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
             }
             Event::Term => {
-                let (_, clean) = fleet
-                    .terminate(index, Duration::from_secs(2), ledger)
-                    .await?;
+                let clean = loop {
+                    match fleet
+                        .terminate(index, Duration::from_secs(2), ledger)
+                        .await?
+                    {
+                        Some((_, clean)) => break clean,
+                        None => {
+                            injected.exits += fleet.supervise(ledger).await?;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                };
                 injected.terms += 1;
                 if !clean {
                     injected.terms_unclean += 1;
