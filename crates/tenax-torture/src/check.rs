@@ -34,6 +34,11 @@ pub struct Findings {
     /// Overlaps whose older execution belonged to a paused (SIGSTOP) process: the
     /// honest limit of fencing; its writes must all have been rejected.
     pub paused_overlaps: usize,
+    /// Executions that spanned a whole SIGSTOP of their process, and how many of them
+    /// fenced themselves on resume (R6: the handler of a paused worker self-fences).
+    pub paused_executions: usize,
+    /// Of those, the ones that ended `fenced`.
+    pub paused_executions_fenced: usize,
     /// I5: re-executions with no kill, exit, pause, outage, connection fault, failure
     /// or fencing of the previous execution to explain them.
     pub unexplained_re_executions: usize,
@@ -112,10 +117,15 @@ fn paused_between(pid: i32, from: i64, to: i64, faults: &[Fault]) -> bool {
 }
 
 /// Whether a fault that may make a worker lose a lease hit in `[from, to]`.
+///
+/// Database restarts and proxy faults hit every worker. So does a pause: a process
+/// stopped inside a write transaction keeps its locks (SQLite's single writer lock, or
+/// PostgreSQL and MariaDB row locks) for the whole pause, so other workers' writes wait,
+/// their leases can expire meanwhile, and their finished work is then re-run.
 fn explaining_fault(prev: &Exec, from: i64, to: i64, faults: &[Fault]) -> bool {
     faults.iter().any(|f| {
         let hits_prev = f.pid == Some(prev.pid);
-        let global = f.pid.is_none();
+        let global = f.pid.is_none() || f.kind == "pause";
         let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us) >= from;
         during && (hits_prev || global) && f.kind != "stale_injection"
     })
@@ -267,6 +277,23 @@ pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Resul
                     "unexplained: {task_no}/{kind} epoch {} ({:?}, pid {}) re-run as epoch {}",
                     prev.epoch, prev.outcome, prev.pid, next.epoch
                 ));
+            }
+        }
+    }
+
+    // R6: an execution that spanned a whole pause of its process.
+    for e in &execs {
+        let spanned = faults.iter().any(|p| {
+            p.kind == "pause"
+                && p.pid == Some(e.pid)
+                && e.start_us < p.at_us
+                && e.end_us
+                    .is_some_and(|end| p.until_us.is_some_and(|u| end > u))
+        });
+        if spanned {
+            f.paused_executions += 1;
+            if e.outcome.as_deref() == Some("fenced") {
+                f.paused_executions_fenced += 1;
             }
         }
     }

@@ -199,7 +199,8 @@ impl Report {
              faults: kills {}, exits {}, pauses {}, terms {}, db restarts {}, proxy resets {}, \
              blackholes {}, latency {}, lost COMMIT replies {}, stale probes {}; \
              lost {}, concurrent duplicates {}, unexplained re-executions {}, illegal transitions {}, \
-             stale writes accepted {}, early starts {}, poison dead after max {}/{}, paused overlaps {}",
+             stale writes accepted {}, early starts {}, poison dead after max {}/{}, paused overlaps {}, \
+             paused executions fenced {}/{}",
             self.plan.name,
             self.plan.backend,
             self.plan.seed,
@@ -227,6 +228,8 @@ impl Report {
             f.poison_dead_after_max,
             f.poison_tasks,
             f.paused_overlaps,
+            f.paused_executions_fenced,
+            f.paused_executions,
         )
     }
 }
