@@ -130,11 +130,17 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         std::process::id(),
         chrono::Utc::now().to_rfc3339()
     );
+    // Listen for SIGTERM first: a worker stopped while it starts exits cleanly too.
+    let shutdown = shutdown_on_signal();
     // A worker started while the database is down or its connection is being cut
     // waits for it, as a supervisor restarting it would: faults hit running workers.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let storage = loop {
-        match tenax::storage::connect(&args.database_url).await {
+        let connected = tokio::select! {
+            connected = tenax::storage::connect(&args.database_url) => connected,
+            _ = shutdown.cancelled() => return Ok(()),
+        };
+        match connected {
             Ok(storage) => break storage,
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::warn!("cannot open the store yet: {e}");
@@ -143,7 +149,10 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             Err(e) => return Err(e.into()),
         }
     };
-    let ledger = WorkerLedger::connect(&args.ledger_url, &args.run).await?;
+    let ledger = tokio::select! {
+        ledger = WorkerLedger::connect(&args.ledger_url, &args.run) => ledger?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
     let mut registry = Registry::new();
     registry.register(Torture {
         ledger: ledger.clone(),
@@ -162,7 +171,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         None => config.pruner = false,
     }
     let worker = Worker::new(storage, registry, config)?.with_hook(Arc::new(ledger));
-    worker.run(shutdown_on_signal()).await?;
+    worker.run(shutdown).await?;
     Ok(())
 }
 
