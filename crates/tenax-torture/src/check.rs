@@ -1,0 +1,388 @@
+//! The checker: after quiescence, reads the ledger (executions, live-lock violations,
+//! faults, enqueue log) and the store (tasks and their attempt history) and counts
+//! violations of the invariants.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+use tenax::storage::{Storage, TaskListParams, TaskRef};
+use tenax::{AttemptOutcome, TaskNo, TaskRecord, TaskStatus};
+
+use crate::ledger::{Exec, Fault, Ledger};
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Findings {
+    /// Enqueues acknowledged.
+    pub enqueued_ok: usize,
+    /// Enqueues whose answer was lost (resolved by looking the task number up).
+    pub enqueued_unknown: usize,
+    /// Of those, how many turned out to exist.
+    pub unknown_resolved_present: usize,
+    /// Handler executions recorded.
+    pub executions: usize,
+    /// Executions beyond the first of their task.
+    pub re_executions: usize,
+    /// Side effects written, and re-executions that found theirs already written.
+    pub effects: i64,
+    /// Re-executions that found the effect already there.
+    pub dedup_hits: i64,
+    /// I1: acknowledged tasks missing or not terminal.
+    pub lost: usize,
+    /// I2: two live executions of one task (live lock failures, interval overlaps).
+    pub concurrent_duplicates: usize,
+    /// Overlaps whose older execution belonged to a paused (SIGSTOP) process: the
+    /// honest limit of fencing; its writes must all have been rejected.
+    pub paused_overlaps: usize,
+    /// Executions that spanned a whole SIGSTOP of their process, and how many of them
+    /// fenced themselves on resume (R6: the handler of a paused worker self-fences).
+    pub paused_executions: usize,
+    /// Of those, the ones that ended `fenced`.
+    pub paused_executions_fenced: usize,
+    /// I5: re-executions with no kill, exit, pause, outage, connection fault, failure
+    /// or fencing of the previous execution to explain them.
+    pub unexplained_re_executions: usize,
+    /// I3/I4: histories that are no path of the state machine.
+    pub illegal_transitions: usize,
+    /// I3: writes under a stale lease epoch that took effect.
+    pub stale_writes_accepted: usize,
+    /// I6: executions that started before their task's run time (DB clock).
+    pub early_starts: usize,
+    /// Poison tasks, and how many ended dead after exactly their maximum attempts.
+    pub poison_tasks: usize,
+    /// Poison tasks dead after exactly `max_attempts` claims.
+    pub poison_dead_after_max: usize,
+    /// Poison tasks that ended otherwise.
+    pub poison_wrong: usize,
+    /// The first offenders, with what was wrong.
+    pub offenders: Vec<String>,
+}
+
+impl Findings {
+    /// Zero violations of every kind.
+    pub fn is_clean(&self) -> bool {
+        self.lost == 0
+            && self.concurrent_duplicates == 0
+            && self.unexplained_re_executions == 0
+            && self.illegal_transitions == 0
+            && self.stale_writes_accepted == 0
+            && self.early_starts == 0
+            && self.poison_wrong == 0
+    }
+
+    fn offend(&mut self, what: String) {
+        if self.offenders.len() < 20 {
+            self.offenders.push(what);
+        }
+    }
+}
+
+/// Every task of the store, by task number.
+pub async fn all_tasks(storage: &Arc<dyn Storage>) -> anyhow::Result<HashMap<String, TaskRecord>> {
+    let mut out = HashMap::new();
+    let mut before = None;
+    loop {
+        let page = storage
+            .task_list(&TaskListParams {
+                before_id: before,
+                limit: 500,
+                ..Default::default()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        before = Some(last.id);
+        for task in page {
+            out.insert(task.task_no.as_str().to_owned(), task);
+        }
+    }
+    Ok(out)
+}
+
+/// When process `pid` stopped executing for good (killed or exited), µs.
+fn death_of(pid: i32, faults: &[Fault]) -> Option<i64> {
+    faults
+        .iter()
+        .find(|f| f.pid == Some(pid) && matches!(f.kind.as_str(), "kill" | "exit"))
+        .map(|f| f.at_us)
+}
+
+/// Whether `pid` was paused at some time in `[from, to]`.
+fn paused_between(pid: i32, from: i64, to: i64, faults: &[Fault]) -> bool {
+    faults.iter().any(|f| {
+        f.kind == "pause"
+            && f.pid == Some(pid)
+            && f.at_us <= to
+            && f.until_us.unwrap_or(i64::MAX) >= from
+    })
+}
+
+/// Whether a fault that may make a worker lose a lease hit in `[from, to]`.
+///
+/// Database restarts and proxy faults hit every worker. So does a pause: a process
+/// stopped inside a write transaction keeps its locks (SQLite's single writer lock, or
+/// PostgreSQL and MariaDB row locks) for the whole pause, so other workers' writes wait,
+/// their leases can expire meanwhile, and their finished work is then re-run.
+fn explaining_fault(prev: &Exec, from: i64, to: i64, faults: &[Fault]) -> bool {
+    faults.iter().any(|f| {
+        let hits_prev = f.pid == Some(prev.pid);
+        let global = f.pid.is_none() || f.kind == "pause";
+        let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us) >= from;
+        during && (hits_prev || global) && f.kind != "stale_injection"
+    })
+}
+
+/// Check a finished run.
+pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Result<Findings> {
+    let mut f = Findings::default();
+    let enqueues = ledger.enqueues().await?;
+    let execs = ledger.executions().await?;
+    let faults = ledger.faults().await?;
+    let violations = ledger.violations().await?;
+    let tasks = all_tasks(storage).await?;
+    let (effects, hits) = ledger.effect_counts().await?;
+    f.effects = effects;
+    f.dedup_hits = hits;
+    f.executions = execs.len();
+
+    let mut by_task: BTreeMap<(&str, &str), Vec<&Exec>> = BTreeMap::new();
+    for e in &execs {
+        by_task.entry((&e.task_no, &e.kind)).or_default().push(e);
+    }
+    let end_of = |e: &Exec| {
+        e.end_us
+            .or_else(|| death_of(e.pid, &faults))
+            .unwrap_or(i64::MAX)
+    };
+
+    // I1: every acknowledged task is there and terminal; unknown answers resolved by
+    // task number. A pruned task (pruning on) must have finished in the ledger.
+    for (task_no, mode, state, run_at_us) in &enqueues {
+        // I6: no execution before the run time the store gave the task at enqueue (the
+        // ledger and the store read one machine's clock; 5 ms for the round trips).
+        if let (Some(run_at), Some(runs)) = (run_at_us, by_task.get(&(task_no.as_str(), "execute")))
+        {
+            for e in runs.iter().filter(|e| e.start_us + 5_000 < *run_at) {
+                f.early_starts += 1;
+                f.offend(format!(
+                    "early: {task_no} epoch {} started {} µs before its run time",
+                    e.epoch,
+                    run_at - e.start_us
+                ));
+            }
+        }
+        let present = tasks.get(task_no.as_str());
+        match state.as_str() {
+            "ok" => f.enqueued_ok += 1,
+            "info" => {
+                f.enqueued_unknown += 1;
+                match storage
+                    .task_get(&TaskRef::No(TaskNo::from_stored(task_no.clone())))
+                    .await?
+                {
+                    Some(_) => f.unknown_resolved_present += 1,
+                    None => continue,
+                }
+            }
+            _ => continue,
+        }
+        let pruned_done = present.is_none()
+            && by_task
+                .get(&(task_no.as_str(), "execute"))
+                .is_some_and(|runs| {
+                    runs.iter()
+                        .any(|e| matches!(e.outcome.as_deref(), Some("succeeded" | "failed")))
+                });
+        let ok = present.is_some_and(|t| t.status.is_finished()) || pruned_done;
+        if !ok {
+            f.lost += 1;
+            f.offend(format!(
+                "lost: {task_no} ({mode}) is {:?}",
+                present.map(|t| t.status)
+            ));
+        }
+        if mode == "poison" {
+            f.poison_tasks += 1;
+            match present {
+                Some(t) if t.status == TaskStatus::Dead && t.attempt == t.max_attempts => {
+                    f.poison_dead_after_max += 1
+                }
+                other => {
+                    f.poison_wrong += 1;
+                    f.offend(format!(
+                        "poison: {task_no} ended {:?} after {:?} of {:?} attempts",
+                        other.map(|t| t.status),
+                        other.map(|t| t.attempt),
+                        other.map(|t| t.max_attempts)
+                    ));
+                }
+            }
+        }
+    }
+
+    // I2: live lock violations, unless the holder was a paused process.
+    for (task_no, epoch, pid, at, what) in &violations {
+        let paused_holder = by_task
+            .iter()
+            .filter(|((no, _), _)| *no == task_no)
+            .flat_map(|(_, runs)| runs.iter())
+            .any(|e| {
+                e.pid != *pid && e.epoch < *epoch && paused_between(e.pid, e.start_us, *at, &faults)
+            });
+        if paused_holder {
+            f.paused_overlaps += 1;
+        } else {
+            f.concurrent_duplicates += 1;
+            f.offend(format!(
+                "concurrent: {task_no} epoch {epoch} in pid {pid}: {what}"
+            ));
+        }
+    }
+    // I2 offline, and I5.
+    for ((task_no, kind), runs) in &by_task {
+        for (i, a) in runs.iter().enumerate() {
+            for b in &runs[i + 1..] {
+                if a.start_us < end_of(b) && b.start_us < end_of(a) {
+                    let (older, newer) = if a.epoch <= b.epoch { (a, b) } else { (b, a) };
+                    if paused_between(older.pid, older.start_us, newer.start_us, &faults) {
+                        // Counted with the live check when it fired; intervals only
+                        // confirm it.
+                        continue;
+                    }
+                    if a.epoch == b.epoch {
+                        f.concurrent_duplicates += 1;
+                        f.offend(format!(
+                            "concurrent: {task_no}/{kind} epoch {} twice",
+                            a.epoch
+                        ));
+                    } else if !violations.iter().any(|v| v.0 == **task_no) {
+                        // The live check missed an overlap the intervals show.
+                        f.concurrent_duplicates += 1;
+                        f.offend(format!(
+                            "overlap: {task_no}/{kind} epochs {} and {}",
+                            a.epoch, b.epoch
+                        ));
+                    }
+                }
+            }
+        }
+        for pair in runs.windows(2) {
+            let (prev, next) = (pair[0], pair[1]);
+            f.re_executions += 1;
+            let explained = matches!(prev.outcome.as_deref(), Some("failed" | "fenced"))
+                || death_of(prev.pid, &faults).is_some_and(|d| d <= next.start_us)
+                || explaining_fault(prev, prev.start_us, next.start_us, &faults);
+            if !explained {
+                f.unexplained_re_executions += 1;
+                f.offend(format!(
+                    "unexplained: {task_no}/{kind} epoch {} ({:?}, pid {}) re-run as epoch {}",
+                    prev.epoch, prev.outcome, prev.pid, next.epoch
+                ));
+            }
+        }
+    }
+
+    // R6: an execution that spanned a whole pause of its process.
+    for e in &execs {
+        let spanned = faults.iter().any(|p| {
+            p.kind == "pause"
+                && p.pid == Some(e.pid)
+                && e.start_us < p.at_us
+                && e.end_us
+                    .is_some_and(|end| p.until_us.is_some_and(|u| end > u))
+        });
+        if spanned {
+            f.paused_executions += 1;
+            if e.outcome.as_deref() == Some("fenced") {
+                f.paused_executions_fenced += 1;
+            }
+        }
+    }
+
+    // I3/I4 from the store's own history.
+    for task in tasks.values() {
+        history_check(storage, task, &by_task, &mut f).await?;
+    }
+    Ok(f)
+}
+
+async fn history_check(
+    storage: &Arc<dyn Storage>,
+    task: &TaskRecord,
+    by_task: &BTreeMap<(&str, &str), Vec<&Exec>>,
+    f: &mut Findings,
+) -> anyhow::Result<()> {
+    let no = task.task_no.as_str();
+    let kind = task.kind.as_str();
+    let runs = by_task.get(&(no, kind)).map(Vec::as_slice).unwrap_or(&[]);
+    if runs.len() < 2 && !task.status.is_finished() && task.attempt <= 1 {
+        return Ok(());
+    }
+    let attempts = storage.task_attempts(task.id).await?;
+    let mut bad = Vec::new();
+    for pair in attempts.windows(2) {
+        if pair[1].epoch <= pair[0].epoch {
+            bad.push(format!(
+                "epochs not increasing: {} then {}",
+                pair[0].epoch, pair[1].epoch
+            ));
+        }
+        if matches!(
+            pair[0].outcome,
+            AttemptOutcome::Succeeded | AttemptOutcome::Dead
+        ) {
+            bad.push(format!(
+                "attempt of epoch {} ended {:?} but was not the last",
+                pair[0].epoch, pair[0].outcome
+            ));
+        }
+    }
+    let last = attempts.last();
+    let mut stale = false;
+    if task.status.is_finished() {
+        if let Some(a) = attempts
+            .iter()
+            .find(|a| a.outcome == AttemptOutcome::Running)
+        {
+            bad.push(format!(
+                "task {:?} while attempt of epoch {} still running",
+                task.status, a.epoch
+            ));
+            stale = true;
+        }
+        match (task.status, last.map(|a| a.outcome)) {
+            (TaskStatus::Succeeded, Some(AttemptOutcome::Succeeded))
+            | (TaskStatus::Dead, Some(AttemptOutcome::Dead | AttemptOutcome::LeaseExpired))
+            | (TaskStatus::Dead, None)
+            | (TaskStatus::Cancelled, _) => {}
+            (status, outcome) => {
+                bad.push(format!("task {status:?} but last attempt {outcome:?}"));
+                stale = true;
+            }
+        }
+        if task.lease_epoch != last.map_or(0, |a| a.epoch) && task.attempt > 0 {
+            bad.push(format!(
+                "task epoch {} but last attempt epoch {:?}",
+                task.lease_epoch,
+                last.map(|a| a.epoch)
+            ));
+        }
+    }
+    // Every execution the ledger saw ran under a claim the store recorded, and a
+    // handler that finished under an epoch not the last one cannot have won.
+    for e in runs {
+        if !attempts.iter().any(|a| a.epoch == e.epoch) && attempts.len() < 20 {
+            bad.push(format!(
+                "execution under epoch {} has no attempt record",
+                e.epoch
+            ));
+        }
+    }
+    if !bad.is_empty() {
+        f.illegal_transitions += 1;
+        if stale {
+            f.stale_writes_accepted += 1;
+        }
+        f.offend(format!("history of {no}/{kind}: {}", bad.join("; ")));
+    }
+    Ok(())
+}

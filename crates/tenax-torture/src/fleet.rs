@@ -1,0 +1,324 @@
+//! The worker processes of a run: started, killed, paused, stopped and replaced.
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::ledger::Ledger;
+
+/// How to start one torture worker process.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    /// The `tenax-torture` binary.
+    pub program: PathBuf,
+    /// Store URL the worker uses (maybe through the proxy).
+    pub database_url: String,
+    /// Ledger URL.
+    pub ledger_url: String,
+    /// Run id.
+    pub run: String,
+    /// Lease length.
+    pub lease_ms: u64,
+    /// Concurrency.
+    pub concurrency: u32,
+    /// Pruner retention, if on.
+    pub retention_ms: Option<u64>,
+    /// Shutdown grace.
+    pub grace_ms: u64,
+    /// Each worker's standard error goes to `<log_dir>/worker-<n>.log`.
+    pub log_dir: PathBuf,
+    /// Clock offsets (libfaketime `FAKETIME` values such as `+1h`), one per worker in
+    /// turn; none when empty. Monotonic time is left alone.
+    pub skews: Vec<String>,
+}
+
+/// Where libfaketime is, if installed (`TENAX_LIBFAKETIME`, else Debian's path).
+pub fn libfaketime() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TENAX_LIBFAKETIME") {
+        return Some(PathBuf::from(path)).filter(|p| p.is_file());
+    }
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+/// An exit the watcher saw: pid, when (µs since the Unix epoch, this host's clock, which
+/// the ledger server on the same host shares), and the status.
+type Exit = (u32, i64, std::process::ExitStatus);
+
+/// The live workers. A watcher thread reaps any worker that ends by itself within 10 ms
+/// and notes when, so that its executions end at its death, not at the next look.
+#[derive(Debug)]
+pub struct Fleet {
+    spec: WorkerSpec,
+    children: Arc<Mutex<Vec<Child>>>,
+    exited: Arc<Mutex<Vec<Exit>>>,
+    stop_watch: Arc<AtomicBool>,
+    spawned: usize,
+    /// Processes that ended by themselves: `(pid, status)`.
+    pub exits: Vec<(u32, String)>,
+    /// Exits with the ledger's "cannot record" code: the oracle was blind.
+    pub ledger_failures: usize,
+}
+
+/// Run `kill -<signal> <pid>` (no unsafe code, no libc).
+pub fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Fleet {
+    /// Start `n` workers.
+    pub fn start(spec: WorkerSpec, n: usize) -> anyhow::Result<Self> {
+        let mut fleet = Self {
+            spec,
+            children: Arc::default(),
+            exited: Arc::default(),
+            stop_watch: Arc::default(),
+            spawned: 0,
+            exits: Vec::new(),
+            ledger_failures: 0,
+        };
+        for _ in 0..n {
+            fleet.spawn()?;
+        }
+        let (children, exited, stop) = (
+            fleet.children.clone(),
+            fleet.exited.clone(),
+            fleet.stop_watch.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                {
+                    let mut live = lock(&children);
+                    let mut i = 0;
+                    while i < live.len() {
+                        match live[i].try_wait() {
+                            Ok(Some(status)) => {
+                                let mut done = live.swap_remove(i);
+                                // Already reaped by `try_wait`: returns at once.
+                                let _ = done.wait();
+                                lock(&exited).push((done.id(), now_us(), status));
+                            }
+                            _ => i += 1,
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Ok(fleet)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let s = &self.spec;
+        let mut command = Command::new(&s.program);
+        command
+            .arg("worker")
+            .args(["--database-url", &s.database_url])
+            .args(["--ledger-url", &s.ledger_url])
+            .args(["--run", &s.run])
+            .args(["--lease-ms", &s.lease_ms.to_string()])
+            .args(["--concurrency", &s.concurrency.to_string()])
+            .args(["--grace-ms", &s.grace_ms.to_string()]);
+        if let Some(ms) = s.retention_ms {
+            command.args(["--retention-ms", &ms.to_string()]);
+        }
+        if !s.skews.is_empty() {
+            let lib =
+                libfaketime().ok_or_else(|| anyhow::anyhow!("libfaketime is not installed"))?;
+            command
+                .env("LD_PRELOAD", lib)
+                .env("FAKETIME", &s.skews[self.spawned % s.skews.len()])
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        std::fs::create_dir_all(&s.log_dir)?;
+        let log = std::fs::File::create(s.log_dir.join(format!("worker-{}.log", self.spawned)))?;
+        self.spawned += 1;
+        let child = command
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        lock(&self.children).push(child);
+        Ok(())
+    }
+
+    /// Pids of the live workers.
+    pub fn pids(&self) -> Vec<u32> {
+        lock(&self.children).iter().map(Child::id).collect()
+    }
+
+    /// Take worker `index % len` out of the watched set (the harness ends it itself).
+    fn take(&self, index: usize) -> Option<Child> {
+        let mut live = lock(&self.children);
+        if live.is_empty() {
+            return None;
+        }
+        let i = index % live.len();
+        Some(live.swap_remove(i))
+    }
+
+    /// Log every worker that ended by itself (a poison pill, a crash) as a fault at the
+    /// time it died, and replace it. Returns how many were replaced.
+    pub async fn supervise(&mut self, ledger: &Ledger) -> anyhow::Result<usize> {
+        let exited: Vec<Exit> = std::mem::take(&mut *lock(&self.exited));
+        for (pid, at_us, status) in &exited {
+            if status.code() == Some(70) {
+                self.ledger_failures += 1;
+            }
+            ledger
+                .fault_at("exit", Some(*pid), &format!("{status}"), *at_us)
+                .await?;
+            self.exits.push((*pid, status.to_string()));
+            self.spawn()?;
+        }
+        Ok(exited.len())
+    }
+
+    /// SIGKILL worker `index % len` and start a replacement; the kill is logged.
+    pub async fn kill9(&mut self, index: usize, ledger: &Ledger) -> anyhow::Result<Option<u32>> {
+        let Some(mut child) = self.take(index) else {
+            return Ok(None);
+        };
+        let pid = child.id();
+        let killed = child.kill();
+        child.wait()?;
+        killed?;
+        ledger.fault("kill", Some(pid), "SIGKILL").await?;
+        self.spawn()?;
+        Ok(Some(pid))
+    }
+
+    /// SIGSTOP worker `index % len` for `pause`, then SIGCONT; logged with its span.
+    pub async fn pause(
+        &mut self,
+        index: usize,
+        pause: Duration,
+        ledger: &Ledger,
+    ) -> anyhow::Result<Option<u32>> {
+        let pid = {
+            let live = lock(&self.children);
+            if live.is_empty() {
+                return Ok(None);
+            }
+            live[index % live.len()].id()
+        };
+        let fault = ledger.fault("pause", Some(pid), "SIGSTOP").await?;
+        signal(pid, "STOP")?;
+        tokio::time::sleep(pause).await;
+        // It may have died meanwhile (a poison pill in its queue before the stop).
+        let _ = signal(pid, "CONT");
+        ledger.fault_end(fault).await?;
+        Ok(Some(pid))
+    }
+
+    /// SIGTERM worker `index % len`, wait for it to exit (within grace + `slack`), and
+    /// start a replacement. Returns the pid and whether it exited cleanly in time.
+    pub async fn terminate(
+        &mut self,
+        index: usize,
+        slack: Duration,
+        ledger: &Ledger,
+    ) -> anyhow::Result<Option<(u32, bool)>> {
+        let Some(mut child) = self.take(index) else {
+            return Ok(None);
+        };
+        let pid = child.id();
+        if let Err(e) = signal(pid, "TERM") {
+            let _ = child.kill();
+            child.wait()?;
+            return Err(e);
+        }
+        let fault = ledger.fault("term", Some(pid), "SIGTERM").await;
+        let deadline = Instant::now() + Duration::from_millis(self.spec.grace_ms) + slack;
+        let clean = loop {
+            if let Some(status) = child.try_wait()? {
+                break status.success();
+            }
+            if Instant::now() > deadline {
+                child.kill()?;
+                child.wait()?;
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        ledger.fault_end(fault?).await?;
+        self.spawn()?;
+        Ok(Some((pid, clean)))
+    }
+
+    /// Stop every worker with SIGTERM (SIGKILL after a deadline).
+    pub async fn stop(&mut self, ledger: &Ledger) -> anyhow::Result<()> {
+        self.stop_watch.store(true, Ordering::SeqCst);
+        let children: Vec<Child> = std::mem::take(&mut *lock(&self.children));
+        for child in &children {
+            let _ = signal(child.id(), "TERM");
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.spec.grace_ms + 5000);
+        for mut child in children {
+            loop {
+                if child.try_wait()?.is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    child.kill()?;
+                    child.wait()?;
+                    ledger
+                        .fault("kill", Some(child.id()), "stop deadline")
+                        .await?;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.stop_watch.store(true, Ordering::SeqCst);
+        for child in lock(&self.children).iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Resident memory (KiB) and open descriptors of a process, from `/proc`.
+pub fn rss_and_fds(pid: u32) -> Option<(u64, usize)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    Some((rss, fds))
+}

@@ -1,0 +1,25 @@
+//! The Tenax torture harness.
+//!
+//! Real `tenax-torture worker` processes (the library's ordinary [`tenax::Worker`]
+//! running a `TORTURE` command) work through a seeded workload against a real store
+//! (SQLite, or a private PostgreSQL or MariaDB server) while the harness injects faults: SIGKILL,
+//! SIGSTOP past the lease then SIGCONT, SIGTERM hand-back, poison tasks that abort
+//! their process, immediate-mode PostgreSQL restarts, MariaDB SIGKILL and restart, and connection faults through a TCP
+//! proxy (resets, blackholes, latency, a dropped reply to a COMMIT). Every handler
+//! start and end goes to an external PostgreSQL ledger with a live advisory-lock
+//! exclusion check; every fault and enqueue goes there too. After quiescence the
+//! checker counts violations: lost tasks, concurrent duplicates, unexplained
+//! re-executions, illegal transitions, stale writes accepted, early starts, poison
+//! tasks not dead after exactly their maximum attempts.
+#![forbid(unsafe_code)]
+
+pub mod broken;
+pub mod check;
+pub mod fleet;
+pub mod ledger;
+pub mod private_mariadb;
+pub mod private_pg;
+pub mod proxy;
+pub mod run;
+pub mod tiers;
+pub mod worker;

@@ -1,0 +1,156 @@
+//! A private, throwaway MariaDB server: `mariadb-install-db` into a temporary data
+//! directory, then `mariadbd` on its own port and socket — never a shared service — so
+//! that a run may SIGKILL it and start it again. Killed and deleted on drop.
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::private_pg::{describe, free_port, running_as_root};
+
+/// A running private MariaDB server with a database `tenax`.
+#[derive(Debug)]
+pub struct PrivateMariadb {
+    port: u16,
+    dir: tempfile::TempDir,
+    server: Option<Child>,
+}
+
+/// Whether the MariaDB server tools are installed.
+pub fn available() -> bool {
+    ["mariadbd", "mariadb-install-db", "mariadb"]
+        .iter()
+        .all(|tool| {
+            Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("command -v {tool} || test -x /usr/sbin/{tool}"),
+                ])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+}
+
+fn server_binary() -> PathBuf {
+    let sbin = PathBuf::from("/usr/sbin/mariadbd");
+    if sbin.is_file() {
+        sbin
+    } else {
+        PathBuf::from("mariadbd")
+    }
+}
+
+impl PrivateMariadb {
+    /// Create and start a private server.
+    pub fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("tenax-mariadb-")
+            .tempdir()?;
+        let user = if running_as_root() {
+            "root".to_owned()
+        } else {
+            std::env::var("USER").unwrap_or_else(|_| "nobody".into())
+        };
+        let install = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .arg(format!("--user={user}"))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .stdin(Stdio::null())
+            .output()
+            .context("run mariadb-install-db")?;
+        if !install.status.success() {
+            bail!("mariadb-install-db: {}", describe(&install));
+        }
+        let mut db = Self {
+            port: free_port()?,
+            dir,
+            server: None,
+        };
+        db.launch()?;
+        Ok(db)
+    }
+
+    fn launch(&mut self) -> anyhow::Result<()> {
+        let d = self.dir.path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("server.log"))?;
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", d.join("data").display()))
+            .arg(format!("--socket={}", d.join("sock").display()))
+            .arg(format!("--port={}", self.port))
+            .args(["--bind-address=127.0.0.1", "--skip-log-bin"])
+            .args([
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-flush-log-at-trx-commit=1",
+            ]);
+        if running_as_root() {
+            command.arg("--user=root");
+        }
+        self.server = Some(
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .context("start mariadbd")?,
+        );
+        // Ready when it answers; the same call creates the database (idempotent).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = Command::new("mariadb")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-P",
+                    &self.port.to_string(),
+                    "-u",
+                    "root",
+                ])
+                .args(["-e", "CREATE DATABASE IF NOT EXISTS tenax"])
+                .stdin(Stdio::null())
+                .output()?;
+            if out.status.success() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(d.join("server.log")).unwrap_or_default();
+                bail!("MariaDB did not come up: {}\n{log}", describe(&out));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `mysql://root@127.0.0.1:PORT/tenax`.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/tenax", self.port)
+    }
+
+    /// SIGKILL the server (InnoDB crash recovery on the next start), keep it down for
+    /// `down_for`, start it again and wait until it answers.
+    pub fn kill_restart(&mut self, down_for: Duration) -> anyhow::Result<()> {
+        if let Some(mut server) = self.server.take() {
+            let killed = server.kill();
+            server.wait()?;
+            killed?;
+        }
+        // The outage itself: an intended length, not a wait for a condition.
+        std::thread::sleep(down_for);
+        self.launch()
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+}
