@@ -10,7 +10,7 @@
 //!
 //! Where each rule is enforced:
 //!
-//! - **Authentication and roles**: one route layer ([`auth`]) looks the matched route up
+//! - **Authentication and roles**: one route layer (the `auth` module) looks the matched route up
 //!   in [`ROUTES`] and checks the bearer token's role before any handler runs: 401
 //!   without a valid token, 403 for a role that may not. Tokens are configured as SHA-256
 //!   hashes and compared in constant time; they are never logged.
