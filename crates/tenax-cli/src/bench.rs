@@ -4,15 +4,15 @@
 //! fixed rate; enqueue→start measured from the database's own timestamps
 //! (`created_at` of the insert, `started_at` of the claim), so no clock of this
 //! process takes part.
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use comfy_table::Table;
 use tenax::storage::TaskRef;
-use tenax::{Client, TaskStatus};
+use tenax::Client;
 
+use crate::bench_common::{bench_url, quantile, spawn_worker, wait_finished};
 use crate::parse_duration;
 
 #[derive(Debug, Subcommand)]
@@ -23,6 +23,14 @@ pub(crate) enum BenchCommand {
     Delayed(crate::bench_delayed::DelayedArgs),
     /// Enqueue rate, one task per transaction against bulk enqueue.
     Enqueue(crate::bench_enqueue::EnqueueArgs),
+    /// Drain rate of tasks enqueued beforehand, against the raw claim+complete baseline.
+    Drain(crate::bench_drain::DrainArgs),
+    /// Drain rate with a million finished rows in the table, against an empty table.
+    Scale(crate::bench_scale::ScaleArgs),
+    /// Highest enqueue-and-process rate with a bounded backlog, against the raw life cycle.
+    Steady(crate::bench_steady::SteadyArgs),
+    /// The database's own limits: raw claim+complete, life cycle and multi-row insert.
+    Baseline(crate::bench_baseline::BaselineArgs),
 }
 
 #[derive(Debug, Args)]
@@ -46,39 +54,11 @@ pub(crate) async fn run(database_url: &str, command: BenchCommand) -> anyhow::Re
         BenchCommand::Latency(args) => latency(database_url, args).await,
         BenchCommand::Delayed(args) => crate::bench_delayed::delayed(database_url, args).await,
         BenchCommand::Enqueue(args) => crate::bench_enqueue::enqueue(database_url, args).await,
+        BenchCommand::Drain(args) => crate::bench_drain::drain(database_url, args).await,
+        BenchCommand::Scale(args) => crate::bench_scale::scale(database_url, args).await,
+        BenchCommand::Steady(args) => crate::bench_steady::steady(database_url, args).await,
+        BenchCommand::Baseline(args) => crate::bench_baseline::baseline(database_url, args).await,
     }
-}
-
-/// The value below which `p` of the sorted samples lie (nearest rank).
-pub(crate) fn quantile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// A database of its own for the run: a fresh schema on PostgreSQL, a fresh file on
-/// SQLite. Other URLs are used as given.
-pub(crate) async fn bench_url(
-    database_url: &str,
-) -> anyhow::Result<(String, Option<tempfile::TempDir>)> {
-    if database_url.starts_with("postgres") && !database_url.contains("schema=") {
-        let schema = "tenax_bench";
-        tenax::storage::postgres::PgStorage::connect(database_url)
-            .await?
-            .drop_schema(schema)
-            .await
-            .context("dropping the previous bench schema")?;
-        let separator = if database_url.contains('?') { '&' } else { '?' };
-        return Ok((format!("{database_url}{separator}schema={schema}"), None));
-    }
-    if database_url.starts_with("sqlite") {
-        let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-        return Ok((url, Some(dir)));
-    }
-    Ok((database_url.to_owned(), None))
 }
 
 async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
@@ -87,19 +67,7 @@ async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
     }
     let (url, _dir) = bench_url(database_url).await?;
     let client = Client::connect(&url).await?;
-    let exe = std::env::current_exe().context("cannot find the tenax binary")?;
-    let mut worker = tokio::process::Command::new(exe)
-        .args(["--database-url", &url, "worker", "--command", "NOOP"])
-        .args([
-            "--poll-interval",
-            &humantime::format_duration(args.poll_interval).to_string(),
-        ])
-        .env("TENAX_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the worker process")?;
+    let mut worker = spawn_worker(&url, 10, args.poll_interval)?;
     // Warm up: the worker is ready once it has run one task.
     let warm = client
         .enqueue_raw("NOOP", &serde_json::json!({}))
@@ -150,6 +118,8 @@ async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
         samples.last().copied().unwrap_or(f64::NAN),
     );
     let backend = client.storage().backend();
+    drop(client);
+    crate::bench_common::drop_bench_schema(database_url, false).await?;
     if args.json {
         println!(
             "{}",
@@ -176,40 +146,4 @@ async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
         println!("enqueue→start latency, idle worker in its own process:\n{table}");
     }
     Ok(())
-}
-
-pub(crate) async fn wait_finished(
-    client: &Client,
-    ids: &[tenax::TaskId],
-    within: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    for id in ids {
-        loop {
-            let task = client.get(&TaskRef::Id(*id)).await?;
-            if task.is_some_and(|t| t.status == TaskStatus::Succeeded) {
-                break;
-            }
-            if Instant::now() > deadline {
-                anyhow::bail!("task {id} did not finish within {within:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::quantile;
-
-    #[test]
-    fn quantiles_use_the_nearest_rank() {
-        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&samples, 0.5), 50.0);
-        assert_eq!(quantile(&samples, 0.99), 99.0);
-        assert_eq!(quantile(&samples, 1.0), 100.0);
-        assert_eq!(quantile(&[7.0], 0.5), 7.0);
-        assert!(quantile(&[], 0.5).is_nan());
-    }
 }
