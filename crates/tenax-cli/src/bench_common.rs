@@ -203,6 +203,17 @@ impl BenchDb {
         }
     }
 
+    /// The plan of Tenax's own claim of `limit` tasks, run and rolled back (PostgreSQL;
+    /// `None` elsewhere).
+    pub(crate) async fn explain_claim(&self, limit: u32) -> anyhow::Result<Option<String>> {
+        Ok(match self {
+            Self::Postgres(s) => {
+                Some(tenax_storage::postgres::bench::explain_claim(s, limit).await?)
+            }
+            Self::Sqlite(_) => None,
+        })
+    }
+
     /// The raw multi-row insert of `tasks` in batches of `batch`; returns rows per second.
     pub(crate) async fn raw_insert_rate(
         &self,

@@ -17,6 +17,10 @@ pub(crate) struct ScaleArgs {
     /// Pending tasks to drain (this overrides --tasks).
     #[arg(long, default_value_t = 100_000)]
     pending: u64,
+    /// Print the plan of Tenax's claim of --concurrency tasks from the full table
+    /// (`EXPLAIN ANALYZE`, rolled back) to stderr, once (PostgreSQL).
+    #[arg(long)]
+    explain: bool,
     #[command(flatten)]
     drain: DrainArgs,
 }
@@ -42,6 +46,11 @@ pub(crate) async fn scale(database_url: &str, args: ScaleArgs) -> anyhow::Result
         let since_id = db.max_id().await?;
         db.raw_insert(args.pending, 10_000, &format!("full-{run}-"), false)
             .await?;
+        if args.explain && run == 0 {
+            if let Some(plan) = db.explain_claim(drain.concurrency).await? {
+                eprintln!("the claim with {} finished rows:\n{plan}", args.finished);
+            }
+        }
         full.push(drain_with_workers(&url, &client, &db, drain, since_id, args.pending).await?);
         let window = db.window(0).await?;
         if window.succeeded != args.finished + args.pending || window.other != 0 {
