@@ -17,6 +17,7 @@ mod bench_common;
 mod bench_delayed;
 mod bench_drain;
 mod bench_enqueue;
+mod bench_latency;
 mod bench_scale;
 mod bench_steady;
 mod bulk;
