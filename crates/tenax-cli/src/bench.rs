@@ -1,215 +1,34 @@
-//! `tenax bench`: measurements against a real backend.
-//!
-//! `latency`: an idle worker in its own process; tasks enqueued one at a time at a
-//! fixed rate; enqueue→start measured from the database's own timestamps
-//! (`created_at` of the insert, `started_at` of the claim), so no clock of this
-//! process takes part.
-use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-use anyhow::Context;
-use clap::{Args, Subcommand};
-use comfy_table::Table;
-use tenax::storage::TaskRef;
-use tenax::{Client, TaskStatus};
-
-use crate::parse_duration;
+//! `tenax bench`: measurements against a real backend, one module per subcommand
+//! (`bench_*.rs`, shared pieces in `bench_common.rs`); the method and the figures are
+//! in docs/PERFORMANCE.md.
+use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum BenchCommand {
     /// Idle-worker enqueue→start latency.
-    Latency(LatencyArgs),
+    Latency(crate::bench_latency::LatencyArgs),
     /// How late delayed tasks start after their run time on an idle worker.
     Delayed(crate::bench_delayed::DelayedArgs),
     /// Enqueue rate, one task per transaction against bulk enqueue.
     Enqueue(crate::bench_enqueue::EnqueueArgs),
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct LatencyArgs {
-    /// Tasks to measure.
-    #[arg(long, default_value_t = 500)]
-    tasks: usize,
-    /// Tasks enqueued per second, one at a time.
-    #[arg(long, default_value_t = 50)]
-    rate: u32,
-    /// Worker poll interval (wake-ups, not polling, should decide the latency).
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    poll_interval: Duration,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
+    /// Drain rate of tasks enqueued beforehand, against the raw claim+complete baseline.
+    Drain(crate::bench_drain::DrainArgs),
+    /// Drain rate with a million finished rows in the table, against an empty table.
+    Scale(crate::bench_scale::ScaleArgs),
+    /// Highest enqueue-and-process rate with a bounded backlog, against the raw life cycle.
+    Steady(crate::bench_steady::SteadyArgs),
+    /// The database's own limits: raw claim+complete, life cycle and multi-row insert.
+    Baseline(crate::bench_baseline::BaselineArgs),
 }
 
 pub(crate) async fn run(database_url: &str, command: BenchCommand) -> anyhow::Result<()> {
     match command {
-        BenchCommand::Latency(args) => latency(database_url, args).await,
+        BenchCommand::Latency(args) => crate::bench_latency::latency(database_url, args).await,
         BenchCommand::Delayed(args) => crate::bench_delayed::delayed(database_url, args).await,
         BenchCommand::Enqueue(args) => crate::bench_enqueue::enqueue(database_url, args).await,
-    }
-}
-
-/// The value below which `p` of the sorted samples lie (nearest rank).
-pub(crate) fn quantile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// A database of its own for the run: a fresh schema on PostgreSQL, a fresh file on
-/// SQLite. Other URLs are used as given.
-pub(crate) async fn bench_url(
-    database_url: &str,
-) -> anyhow::Result<(String, Option<tempfile::TempDir>)> {
-    if database_url.starts_with("postgres") && !database_url.contains("schema=") {
-        let schema = "tenax_bench";
-        tenax::storage::postgres::PgStorage::connect(database_url)
-            .await?
-            .drop_schema(schema)
-            .await
-            .context("dropping the previous bench schema")?;
-        let separator = if database_url.contains('?') { '&' } else { '?' };
-        return Ok((format!("{database_url}{separator}schema={schema}"), None));
-    }
-    if database_url.starts_with("sqlite") {
-        let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-        return Ok((url, Some(dir)));
-    }
-    Ok((database_url.to_owned(), None))
-}
-
-async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
-    if args.tasks == 0 || args.rate == 0 {
-        anyhow::bail!("--tasks and --rate must be positive");
-    }
-    let (url, _dir) = bench_url(database_url).await?;
-    let client = Client::connect(&url).await?;
-    let exe = std::env::current_exe().context("cannot find the tenax binary")?;
-    let mut worker = tokio::process::Command::new(exe)
-        .args(["--database-url", &url, "worker", "--command", "NOOP"])
-        .args([
-            "--poll-interval",
-            &humantime::format_duration(args.poll_interval).to_string(),
-        ])
-        .env("TENAX_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the worker process")?;
-    // Warm up: the worker is ready once it has run one task.
-    let warm = client
-        .enqueue_raw("NOOP", &serde_json::json!({}))
-        .await?
-        .task;
-    wait_finished(&client, &[warm.id], Duration::from_secs(30)).await?;
-
-    let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate));
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ids = Vec::with_capacity(args.tasks);
-    let started = Instant::now();
-    for _ in 0..args.tasks {
-        ticker.tick().await;
-        ids.push(
-            client
-                .enqueue_raw("NOOP", &serde_json::json!({}))
-                .await?
-                .task
-                .id,
-        );
-    }
-    let enqueue_secs = started.elapsed().as_secs_f64();
-    wait_finished(&client, &ids, Duration::from_secs(60)).await?;
-    worker.kill().await.ok();
-
-    let mut samples = Vec::with_capacity(ids.len());
-    for id in &ids {
-        let task = client
-            .get(&TaskRef::Id(*id))
-            .await?
-            .with_context(|| format!("task {id} vanished"))?;
-        let start = task
-            .started_at
-            .with_context(|| format!("task {id} never started"))?;
-        samples.push(
-            (start - task.created_at)
-                .num_microseconds()
-                .unwrap_or(i64::MAX) as f64
-                / 1000.0,
-        );
-    }
-    samples.sort_by(f64::total_cmp);
-    let (p50, p95, p99, max) = (
-        quantile(&samples, 0.50),
-        quantile(&samples, 0.95),
-        quantile(&samples, 0.99),
-        samples.last().copied().unwrap_or(f64::NAN),
-    );
-    let backend = client.storage().backend();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "bench": "latency", "backend": backend, "tasks": args.tasks,
-                "rate_per_s": args.rate, "enqueue_seconds": enqueue_secs,
-                "enqueue_to_start_ms": {"p50": p50, "p95": p95, "p99": p99, "max": max},
-            })
-        );
-    } else {
-        let mut table = Table::new();
-        table.set_header([
-            "backend", "tasks", "rate/s", "p50 ms", "p95 ms", "p99 ms", "max ms",
-        ]);
-        table.add_row([
-            backend.to_owned(),
-            args.tasks.to_string(),
-            args.rate.to_string(),
-            format!("{p50:.2}"),
-            format!("{p95:.2}"),
-            format!("{p99:.2}"),
-            format!("{max:.2}"),
-        ]);
-        println!("enqueue→start latency, idle worker in its own process:\n{table}");
-    }
-    Ok(())
-}
-
-pub(crate) async fn wait_finished(
-    client: &Client,
-    ids: &[tenax::TaskId],
-    within: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    for id in ids {
-        loop {
-            let task = client.get(&TaskRef::Id(*id)).await?;
-            if task.is_some_and(|t| t.status == TaskStatus::Succeeded) {
-                break;
-            }
-            if Instant::now() > deadline {
-                anyhow::bail!("task {id} did not finish within {within:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::quantile;
-
-    #[test]
-    fn quantiles_use_the_nearest_rank() {
-        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&samples, 0.5), 50.0);
-        assert_eq!(quantile(&samples, 0.99), 99.0);
-        assert_eq!(quantile(&samples, 1.0), 100.0);
-        assert_eq!(quantile(&[7.0], 0.5), 7.0);
-        assert!(quantile(&[], 0.5).is_nan());
+        BenchCommand::Drain(args) => crate::bench_drain::drain(database_url, args).await,
+        BenchCommand::Scale(args) => crate::bench_scale::scale(database_url, args).await,
+        BenchCommand::Steady(args) => crate::bench_steady::steady(database_url, args).await,
+        BenchCommand::Baseline(args) => crate::bench_baseline::baseline(database_url, args).await,
     }
 }

@@ -5,7 +5,6 @@
 //! interval is far longer than the target precision. The lateness of each start is
 //! `started_at - run_at`, both from the database's clock: no clock of this process
 //! takes part.
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,7 +13,7 @@ use comfy_table::Table;
 use tenax::storage::TaskRef;
 use tenax::Client;
 
-use crate::bench::{bench_url, quantile, wait_finished};
+use crate::bench_common::{bench_url, quantile, spawn_worker, wait_finished};
 use crate::parse_duration;
 
 #[derive(Debug, Args)]
@@ -42,19 +41,7 @@ pub(crate) async fn delayed(database_url: &str, args: DelayedArgs) -> anyhow::Re
     }
     let (url, _dir) = bench_url(database_url).await?;
     let client = Client::connect(&url).await?;
-    let exe = std::env::current_exe().context("cannot find the tenax binary")?;
-    let mut worker = tokio::process::Command::new(exe)
-        .args(["--database-url", &url, "worker", "--command", "NOOP"])
-        .args([
-            "--poll-interval",
-            &humantime::format_duration(args.poll_interval).to_string(),
-        ])
-        .env("TENAX_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the worker process")?;
+    let mut worker = spawn_worker(&url, 10, args.poll_interval)?;
     // Warm up: the worker is ready once it has run one task.
     let warm = client
         .enqueue_raw("NOOP", &serde_json::json!({}))
@@ -106,6 +93,8 @@ pub(crate) async fn delayed(database_url: &str, args: DelayedArgs) -> anyhow::Re
     );
     let min = samples.first().copied().unwrap_or(f64::NAN);
     let backend = client.storage().backend();
+    drop(client);
+    crate::bench_common::drop_bench_schema(database_url, false).await?;
     let poll_ms = args.poll_interval.as_secs_f64() * 1000.0;
     if args.json {
         println!(

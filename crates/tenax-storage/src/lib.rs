@@ -23,6 +23,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod bulk;
 mod common;
 mod error;

@@ -45,6 +45,8 @@ use crate::workflows::{
 use crate::{Capabilities, Storage, WakeReceiver};
 
 mod audit;
+#[cfg(feature = "bench")]
+pub mod bench;
 mod bulk;
 mod claim;
 mod insert;

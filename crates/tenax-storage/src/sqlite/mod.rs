@@ -38,6 +38,8 @@ use crate::workflows::{
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
 mod audit;
+#[cfg(feature = "bench")]
+pub mod bench;
 mod bulk;
 mod insert;
 mod queue_stats;

@@ -1,0 +1,340 @@
+//! What the `tenax bench` subcommands share: the run's own database, worker processes,
+//! the counts and database-clock window of a run, progress bars, quantiles and the
+//! median of several runs.
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use tenax::storage::TaskRef;
+use tenax::{Client, TaskStatus};
+use tenax_storage::bench::Window;
+use tenax_storage::postgres::PgStorage;
+use tenax_storage::sqlite::SqliteStorage;
+
+/// The schema a PostgreSQL bench run owns (one per process, so runs side by side do
+/// not meet).
+fn schema() -> String {
+    format!("tenax_bench_{}", std::process::id())
+}
+
+/// The value below which `p` of the sorted samples lie (nearest rank).
+pub(crate) fn quantile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Median, min and max of several runs' figures.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub(crate) struct Spread {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+}
+
+impl Spread {
+    pub(crate) fn of(values: &[f64]) -> Self {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = if sorted.is_empty() {
+            f64::NAN
+        } else if sorted.len() % 2 == 1 {
+            sorted[sorted.len() / 2]
+        } else {
+            (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
+        };
+        Self {
+            median,
+            min: sorted.first().copied().unwrap_or(f64::NAN),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+        }
+    }
+
+    /// `median (min–max)` with no decimals.
+    pub(crate) fn show(&self) -> String {
+        format!("{:.0} ({:.0}–{:.0})", self.median, self.min, self.max)
+    }
+
+    /// `median (min–max)` with two decimals (ratios).
+    pub(crate) fn show_ratio(&self) -> String {
+        format!("{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+}
+
+/// A database of its own for the run: a fresh schema on PostgreSQL, a fresh file on
+/// SQLite. Other URLs are used as given.
+pub(crate) async fn bench_url(
+    database_url: &str,
+) -> anyhow::Result<(String, Option<tempfile::TempDir>)> {
+    if database_url.starts_with("postgres") && !database_url.contains("schema=") {
+        PgStorage::connect(database_url)
+            .await?
+            .drop_schema(&schema())
+            .await
+            .context("dropping the previous bench schema")?;
+        let separator = if database_url.contains('?') { '&' } else { '?' };
+        return Ok((
+            format!("{database_url}{separator}schema={}", schema()),
+            None,
+        ));
+    }
+    if database_url.starts_with("sqlite") {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        return Ok((url, Some(dir)));
+    }
+    Ok((database_url.to_owned(), None))
+}
+
+/// Drop the run's own schema (PostgreSQL; a SQLite file goes with its directory).
+pub(crate) async fn drop_bench_schema(database_url: &str, keep: bool) -> anyhow::Result<()> {
+    if !keep && database_url.starts_with("postgres") && !database_url.contains("schema=") {
+        PgStorage::connect(database_url)
+            .await?
+            .drop_schema(&schema())
+            .await
+            .context("dropping the bench schema")?;
+    }
+    Ok(())
+}
+
+/// The run's database seen through its backend's raw-SQL bench module.
+pub(crate) enum BenchDb {
+    Postgres(PgStorage),
+    Sqlite(SqliteStorage),
+}
+
+impl BenchDb {
+    /// Connect to the run's database (after a client has migrated it).
+    pub(crate) async fn connect(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("postgres") {
+            Ok(Self::Postgres(PgStorage::connect(url).await?))
+        } else if url.starts_with("sqlite") {
+            Ok(Self::Sqlite(SqliteStorage::connect(url).await?))
+        } else {
+            anyhow::bail!("this bench supports PostgreSQL and SQLite URLs")
+        }
+    }
+
+    pub(crate) async fn window(&self, since_id: i64) -> anyhow::Result<Window> {
+        Ok(match self {
+            Self::Postgres(s) => tenax_storage::postgres::bench::window(s, since_id).await?,
+            Self::Sqlite(s) => tenax_storage::sqlite::bench::window(s, since_id).await?,
+        })
+    }
+
+    pub(crate) async fn max_id(&self) -> anyhow::Result<i64> {
+        Ok(match self {
+            Self::Postgres(s) => tenax_storage::postgres::bench::max_id(s).await?,
+            Self::Sqlite(s) => tenax_storage::sqlite::bench::max_id(s).await?,
+        })
+    }
+
+    pub(crate) async fn reset(&self) -> anyhow::Result<()> {
+        match self {
+            Self::Postgres(s) => tenax_storage::postgres::bench::reset(s).await?,
+            Self::Sqlite(s) => tenax_storage::sqlite::bench::reset(s).await?,
+        }
+        Ok(())
+    }
+
+    /// Raw multi-row inserts of `tasks` NOOP tasks (pending, or already succeeded).
+    pub(crate) async fn raw_insert(
+        &self,
+        tasks: u64,
+        batch: u64,
+        prefix: &str,
+        finished: bool,
+    ) -> anyhow::Result<()> {
+        match self {
+            Self::Postgres(s) => {
+                tenax_storage::postgres::bench::raw_insert(s, tasks, batch, prefix, finished)
+                    .await?;
+                tenax_storage::postgres::bench::analyze(s).await?;
+            }
+            Self::Sqlite(s) => {
+                tenax_storage::sqlite::bench::raw_insert(s, tasks, batch, prefix, finished).await?
+            }
+        }
+        Ok(())
+    }
+
+    /// The raw claim+complete drain of every due task; returns the tasks finished.
+    pub(crate) async fn raw_drain(&self, clients: u32, batch: u32) -> anyhow::Result<u64> {
+        Ok(match self {
+            Self::Postgres(s) => {
+                tenax_storage::postgres::bench::raw_drain(s, clients, batch).await?
+            }
+            Self::Sqlite(s) => tenax_storage::sqlite::bench::raw_drain(s, batch).await?,
+        })
+    }
+}
+
+impl BenchDb {
+    /// The raw insert+claim+complete life cycle for `duration` (PostgreSQL only: the
+    /// SQLite baseline is the drain's); returns jobs per second.
+    pub(crate) async fn raw_lifecycle(
+        &self,
+        clients: u32,
+        batch: u32,
+        duration: Duration,
+    ) -> anyhow::Result<Option<f64>> {
+        match self {
+            Self::Postgres(s) => {
+                let done =
+                    tenax_storage::postgres::bench::raw_lifecycle(s, clients, batch, duration)
+                        .await?;
+                let window = self.window(0).await?;
+                if window.succeeded != done || window.other != 0 {
+                    anyhow::bail!(
+                        "the life-cycle baseline finished {done} tasks, the table holds {} \
+                         succeeded and {} other",
+                        window.succeeded,
+                        window.other
+                    );
+                }
+                let created: f64 = duration.as_secs_f64();
+                Ok(Some(done as f64 / created))
+            }
+            Self::Sqlite(_) => Ok(None),
+        }
+    }
+
+    /// The plan of Tenax's own claim of `limit` tasks, run and rolled back (PostgreSQL;
+    /// `None` elsewhere).
+    pub(crate) async fn explain_claim(&self, limit: u32) -> anyhow::Result<Option<String>> {
+        Ok(match self {
+            Self::Postgres(s) => {
+                Some(tenax_storage::postgres::bench::explain_claim(s, limit).await?)
+            }
+            Self::Sqlite(_) => None,
+        })
+    }
+
+    /// The raw multi-row insert of `tasks` in batches of `batch`; returns rows per second.
+    pub(crate) async fn raw_insert_rate(
+        &self,
+        tasks: u64,
+        batch: u64,
+        prefix: &str,
+    ) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        match self {
+            Self::Postgres(s) => {
+                tenax_storage::postgres::bench::raw_insert(s, tasks, batch, prefix, false).await?
+            }
+            Self::Sqlite(s) => {
+                tenax_storage::sqlite::bench::raw_insert(s, tasks, batch, prefix, false).await?
+            }
+        }
+        Ok(tasks as f64 / started.elapsed().as_secs_f64().max(1e-6))
+    }
+}
+
+/// A `tenax worker` child process running only `NOOP`, killed when dropped.
+pub(crate) fn spawn_worker(
+    url: &str,
+    concurrency: u32,
+    poll_interval: Duration,
+) -> anyhow::Result<tokio::process::Child> {
+    let exe = std::env::current_exe().context("cannot find the tenax binary")?;
+    tokio::process::Command::new(exe)
+        .args(["--database-url", url, "worker", "--command", "NOOP"])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args([
+            "--poll-interval",
+            &humantime::format_duration(poll_interval).to_string(),
+        ])
+        .env("TENAX_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the worker process")
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    let template =
+        format!("{what:>10} [{{elapsed_precise}}] {{bar:40}} {{pos}}/{{len}} {{per_sec}}");
+    bar.set_style(
+        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Wait until `expected` tasks with ids above `since_id` have succeeded, showing
+/// progress; fails past `within`.
+pub(crate) async fn wait_succeeded(
+    db: &BenchDb,
+    since_id: i64,
+    expected: u64,
+    within: Duration,
+    what: &str,
+) -> anyhow::Result<Window> {
+    let bar = progress_bar(expected, what);
+    let deadline = Instant::now() + within;
+    loop {
+        let window = db.window(since_id).await?;
+        bar.set_position(window.succeeded);
+        if window.succeeded >= expected {
+            bar.finish_and_clear();
+            return Ok(window);
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            anyhow::bail!(
+                "only {} of {expected} tasks succeeded within {within:?}",
+                window.succeeded
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(crate) async fn wait_finished(
+    client: &Client,
+    ids: &[tenax::TaskId],
+    within: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    for id in ids {
+        loop {
+            let task = client.get(&TaskRef::Id(*id)).await?;
+            if task.is_some_and(|t| t.status == TaskStatus::Succeeded) {
+                break;
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("task {id} did not finish within {within:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{quantile, Spread};
+
+    #[test]
+    fn quantiles_use_the_nearest_rank() {
+        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&samples, 0.5), 50.0);
+        assert_eq!(quantile(&samples, 0.99), 99.0);
+        assert_eq!(quantile(&samples, 1.0), 100.0);
+        assert_eq!(quantile(&[7.0], 0.5), 7.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn spread_takes_the_median_of_runs() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        assert_eq!(Spread::of(&[1.0, 4.0]).median, 2.5);
+    }
+}

@@ -1,0 +1,170 @@
+//! Raw-SQL baselines for `tenax bench` (feature `bench`) on SQLite: the same columns
+//! Tenax writes, on the same table and indexes, each write one `BEGIN IMMEDIATE`
+//! transaction as Tenax's are. Not part of the `Storage` seam.
+use sqlx::Row;
+
+use super::rows::ms;
+use super::{map_err, SqliteStorage};
+use crate::error::Result;
+
+pub use crate::bench::Window;
+
+/// The database clock in milliseconds, as Tenax's writes take it.
+const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// Counts and window of the tasks table; `since_id` leaves out older rows (0 for all).
+pub async fn window(storage: &SqliteStorage, since_id: i64) -> Result<Window> {
+    let row = sqlx::query(
+        "SELECT COALESCE(SUM(status = 'succeeded'), 0) AS succeeded,
+                COALESCE(SUM(status <> 'succeeded'), 0) AS other,
+                MIN(CASE WHEN status = 'succeeded' THEN started_at END) AS first_start,
+                MAX(CASE WHEN status = 'succeeded' THEN finished_at END) AS last_finish
+         FROM tenax_tasks WHERE id > ?1",
+    )
+    .bind(since_id)
+    .fetch_one(storage.pool())
+    .await
+    .map_err(map_err)?;
+    let time = |name: &str| -> Result<_> {
+        row.try_get::<Option<i64>, _>(name)
+            .map_err(map_err)?
+            .map(ms)
+            .transpose()
+    };
+    Ok(Window {
+        succeeded: u64::try_from(row.try_get::<i64, _>("succeeded").map_err(map_err)?).unwrap_or(0),
+        other: u64::try_from(row.try_get::<i64, _>("other").map_err(map_err)?).unwrap_or(0),
+        first_start: time("first_start")?,
+        last_finish: time("last_finish")?,
+    })
+}
+
+/// The highest task id so far (0 when the table is empty).
+pub async fn max_id(storage: &SqliteStorage) -> Result<i64> {
+    sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM tenax_tasks")
+        .fetch_one(storage.pool())
+        .await
+        .map_err(map_err)
+}
+
+/// Empty the tasks and their attempt history.
+pub async fn reset(storage: &SqliteStorage) -> Result<()> {
+    let mut tx = storage.begin().await?;
+    for sql in ["DELETE FROM tenax_tasks", "DELETE FROM tenax_attempts"] {
+        sqlx::query(sql).execute(&mut *tx).await.map_err(map_err)?;
+    }
+    tx.commit().await.map_err(map_err)
+}
+
+/// Insert `tasks` `NOOP` tasks of the `default` queue, one multi-row `INSERT` (and one
+/// commit) per `batch`, as pending or (`finished`) already succeeded.
+pub async fn raw_insert(
+    storage: &SqliteStorage,
+    tasks: u64,
+    batch: u64,
+    prefix: &str,
+    finished: bool,
+) -> Result<()> {
+    let (status, finished_at) = if finished {
+        ("succeeded", NOW)
+    } else {
+        ("pending", "NULL")
+    };
+    let sql = format!(
+        "WITH RECURSIVE g(n) AS (SELECT ?1 UNION ALL SELECT n + 1 FROM g WHERE n < ?2)
+         INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
+             max_attempts, run_at, timeout_ms, created_at, updated_at, started_at, finished_at)
+         SELECT ?3 || n, 'NOOP', '{{\"order\":' || n || ',\"note\":\"bench\"}}', 'default', 0,
+                '{status}', 3, {NOW}, 30000, {NOW}, {NOW}, {finished_at}, {finished_at}
+         FROM g"
+    );
+    let batch = batch.max(1);
+    let mut start = 0;
+    while start < tasks {
+        let end = (start + batch).min(tasks);
+        let mut tx = storage.begin().await?;
+        sqlx::query(&sql)
+            .bind(i64::try_from(start).unwrap_or(i64::MAX))
+            .bind(i64::try_from(end).unwrap_or(i64::MAX) - 1)
+            .bind(prefix)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// Drain the due tasks with one loop of claim `batch` (one commit, attempt opened) +
+/// complete `batch` (one commit, attempt closed). Returns the tasks finished.
+pub async fn raw_drain(storage: &SqliteStorage, batch: u32) -> Result<u64> {
+    let claim = format!(
+        "UPDATE tenax_tasks
+         SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
+             lease_owner = 'baseline', lease_expires_at = {NOW} + 30000,
+             started_at = COALESCE(started_at, {NOW}), updated_at = {NOW}
+         WHERE id IN (SELECT id FROM tenax_tasks
+                      WHERE status IN ('pending', 'retrying') AND run_at <= {NOW}
+                        AND queue = 'default'
+                      ORDER BY run_at - priority * 60000, id LIMIT ?1)
+         RETURNING id, lease_epoch, attempt"
+    );
+    let mut done = 0;
+    loop {
+        let mut tx = storage.begin().await?;
+        let rows = sqlx::query(&claim)
+            .bind(i64::from(batch))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let mut leases = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (id, epoch, attempt): (i64, i64, i64) = (
+                row.try_get(0).map_err(map_err)?,
+                row.try_get(1).map_err(map_err)?,
+                row.try_get(2).map_err(map_err)?,
+            );
+            sqlx::query(&format!(
+                "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
+                 VALUES (?1, ?2, ?3, 'baseline', {NOW}, 'running')"
+            ))
+            .bind(id)
+            .bind(epoch)
+            .bind(attempt)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            leases.push((id, epoch));
+        }
+        tx.commit().await.map_err(map_err)?;
+        if leases.is_empty() {
+            return Ok(done);
+        }
+        let mut tx = storage.begin().await?;
+        for (id, epoch) in &leases {
+            sqlx::query(&format!(
+                "UPDATE tenax_tasks
+                 SET status = 'succeeded', result = 'null', finished_at = {NOW},
+                     updated_at = {NOW}, lease_owner = NULL, lease_expires_at = NULL
+                 WHERE id = ?1 AND status = 'running' AND lease_epoch = ?2"
+            ))
+            .bind(id)
+            .bind(epoch)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            sqlx::query(&format!(
+                "UPDATE tenax_attempts SET finished_at = {NOW}, outcome = 'succeeded'
+                 WHERE task_id = ?1 AND epoch = ?2"
+            ))
+            .bind(id)
+            .bind(epoch)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        done += leases.len() as u64;
+    }
+}
