@@ -248,6 +248,16 @@ impl Fleet {
             return Ok(None);
         };
         let pid = child.id();
+        // A hand-back can only be asked of a worker that listens for SIGTERM; one that
+        // has not started listening yet dies by the signal's default action, which
+        // would test nothing of Tenax. Wait (bounded) until the kernel shows the handler.
+        let listening_by = Instant::now() + Duration::from_secs(10);
+        while !catches_sigterm(pid) && Instant::now() < listening_by {
+            if child.try_wait()?.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         if let Err(e) = signal(pid, "TERM") {
             let _ = child.kill();
             child.wait()?;
@@ -321,4 +331,18 @@ pub fn rss_and_fds(pid: u32) -> Option<(u64, usize)> {
         .ok()?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
     Some((rss, fds))
+}
+
+/// Whether process `pid` has a handler for SIGTERM (bit 15 of `SigCgt` in
+/// `/proc/<pid>/status`).
+fn catches_sigterm(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("SigCgt:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
 }

@@ -196,11 +196,11 @@ impl Report {
         let i = &self.injected;
         format!(
             "{} [{:?}, seed {}] {:.1}s: tasks {} (+{} unknown), executions {}, re-executions {}; \
-             faults: kills {}, exits {}, pauses {}, terms {}, db restarts {}, proxy resets {}, \
+             faults: kills {}, exits {}, pauses {}, terms {} ({} unclean), db restarts {}, proxy resets {}, \
              blackholes {}, latency {}, lost COMMIT replies {}, stale probes {}; \
              lost {}, concurrent duplicates {}, unexplained re-executions {}, illegal transitions {}, \
              stale writes accepted {}, early starts {}, poison dead after max {}/{}, paused overlaps {}, \
-             paused executions fenced {}/{}",
+             paused executions fenced {}/{}, ledger failures {}",
             self.plan.name,
             self.plan.backend,
             self.plan.seed,
@@ -213,6 +213,7 @@ impl Report {
             i.exits,
             i.pauses,
             i.terms,
+            i.terms_unclean,
             i.db_restarts,
             i.proxy_resets,
             i.proxy_blackholes,
@@ -230,6 +231,7 @@ impl Report {
             f.paused_overlaps,
             f.paused_executions_fenced,
             f.paused_executions,
+            self.ledger_failures,
         )
     }
 }
