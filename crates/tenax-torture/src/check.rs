@@ -127,7 +127,12 @@ fn explaining_fault(prev: &Exec, from: i64, to: i64, faults: &[Fault]) -> bool {
         let hits_prev = f.pid == Some(prev.pid);
         let global = f.pid.is_none() || f.kind == "pause";
         let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us) >= from;
-        during && (hits_prev || global) && f.kind != "stale_injection"
+        // A clock jump or a killed enqueuer must never make a worker lose a lease.
+        let explains = !matches!(
+            f.kind.as_str(),
+            "stale_injection" | "clock_jump" | "enqueuer_kill"
+        );
+        during && (hits_prev || global) && explains
     })
 }
 

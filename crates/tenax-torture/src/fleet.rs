@@ -28,8 +28,11 @@ pub struct WorkerSpec {
     pub grace_ms: u64,
     /// Each worker's standard error goes to `<log_dir>/worker-<n>.log`.
     pub log_dir: PathBuf,
-    /// Clock offsets (libfaketime `FAKETIME` values such as `+1h`), one per worker in
-    /// turn; none when empty. Monotonic time is left alone.
+    /// Clock offsets (libfaketime values such as `+1h`), one per worker in turn; none
+    /// when empty. Each worker reads its offset from its own file
+    /// (`FAKETIME_TIMESTAMP_FILE`, re-read at every clock call), so that
+    /// [`Fleet::jump_clock`] can move its clock while it runs. Monotonic time is left
+    /// alone.
     pub skews: Vec<String>,
 }
 
@@ -61,6 +64,8 @@ pub struct Fleet {
     exited: Arc<Mutex<Vec<Exit>>>,
     stop_watch: Arc<AtomicBool>,
     spawned: usize,
+    /// Each worker's spawn number (its log and clock file), by pid.
+    numbers: Mutex<std::collections::HashMap<u32, usize>>,
     /// Processes that ended by themselves: `(pid, status)`.
     pub exits: Vec<(u32, String)>,
     /// Exits with the ledger's "cannot record" code: the oracle was blind.
@@ -97,6 +102,7 @@ impl Fleet {
             exited: Arc::default(),
             stop_watch: Arc::default(),
             spawned: 0,
+            numbers: Mutex::default(),
             exits: Vec::new(),
             ledger_failures: 0,
         };
@@ -145,16 +151,18 @@ impl Fleet {
         if let Some(ms) = s.retention_ms {
             command.args(["--retention-ms", &ms.to_string()]);
         }
+        std::fs::create_dir_all(&s.log_dir)?;
         if !s.skews.is_empty() {
             let lib =
                 libfaketime().ok_or_else(|| anyhow::anyhow!("libfaketime is not installed"))?;
+            let clock = s.log_dir.join(format!("clock-{}", self.spawned));
+            std::fs::write(&clock, &s.skews[self.spawned % s.skews.len()])?;
             command
                 .env("LD_PRELOAD", lib)
-                .env("FAKETIME", &s.skews[self.spawned % s.skews.len()])
+                .env("FAKETIME_TIMESTAMP_FILE", &clock)
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
                 .env("FAKETIME_NO_CACHE", "1");
         }
-        std::fs::create_dir_all(&s.log_dir)?;
         let log = std::fs::File::create(s.log_dir.join(format!("worker-{}.log", self.spawned)))?;
         self.spawned += 1;
         let child = command
@@ -163,6 +171,7 @@ impl Fleet {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
+        lock(&self.numbers).insert(child.id(), self.spawned - 1);
         lock(&self.children).push(child);
         Ok(())
     }
@@ -210,6 +219,36 @@ impl Fleet {
         killed?;
         ledger.fault("kill", Some(pid), "SIGKILL").await?;
         self.spawn()?;
+        Ok(Some(pid))
+    }
+
+    /// Move the clock of worker `index % len` at once to `offset` (a libfaketime offset
+    /// such as `-1h`); logged as a fault of that worker. `None` without live workers.
+    pub async fn jump_clock(
+        &mut self,
+        index: usize,
+        offset: &str,
+        ledger: &Ledger,
+    ) -> anyhow::Result<Option<u32>> {
+        let (pid, nth) = {
+            let live = lock(&self.children);
+            if live.is_empty() {
+                return Ok(None);
+            }
+            let pid = live[index % live.len()].id();
+            (pid, lock(&self.numbers).get(&pid).copied())
+        };
+        let Some(nth) = nth else {
+            return Ok(None);
+        };
+        // Written whole, then renamed: a worker never reads half an offset.
+        let clock = self.spec.log_dir.join(format!("clock-{nth}"));
+        let partial = self.spec.log_dir.join(format!("clock-{nth}.new"));
+        std::fs::write(&partial, offset)?;
+        std::fs::rename(&partial, &clock)?;
+        ledger
+            .fault("clock_jump", Some(pid), &format!("clock now {offset}"))
+            .await?;
         Ok(Some(pid))
     }
 

@@ -38,7 +38,7 @@ enum Commands {
     },
     /// Run one part of the long tier and append its rows to docs/RELIABILITY.md.
     Long {
-        /// Part 1 to 6.
+        /// Part 1 to 10.
         #[arg(long)]
         part: u32,
         /// Replay this seed.
@@ -56,6 +56,8 @@ enum Commands {
     },
     /// Serve as a torture worker process (started by the harness).
     Worker(tenax_torture::worker::WorkerArgs),
+    /// Serve as the enqueuing client process of a run (started by the harness).
+    Enqueue(tenax_torture::enqueuer::EnqueueArgs),
 }
 
 #[tokio::main]
@@ -68,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
     let program = std::env::current_exe().context("the path of this program")?;
     match cli.command {
         Commands::Worker(args) => tenax_torture::worker::run(args).await,
+        Commands::Enqueue(args) => tenax_torture::enqueuer::run(args).await,
         Commands::Run {
             scenario,
             seed,

@@ -127,6 +127,11 @@ impl PrivateMariadb {
         }
     }
 
+    /// The server's TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `mysql://root@127.0.0.1:PORT/tenax`.
     pub fn url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}/tenax", self.port)

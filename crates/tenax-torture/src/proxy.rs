@@ -2,8 +2,8 @@
 //!
 //! Modes: pass through; `latency` (each chunk delayed); `blackhole` (sockets stay open,
 //! nothing is forwarded either way); `reset` (every open connection closed now); and
-//! the one-shot `drop_commit_reply`: the next client chunk carrying a PostgreSQL simple
-//! query `COMMIT` is forwarded, then the server's answer is thrown away and the
+//! the one-shot `drop_commit_reply`: the next client chunk carrying a `COMMIT` (a
+//! PostgreSQL simple query or a MySQL `COM_QUERY`) is forwarded, then the server's answer is thrown away and the
 //! connection closed — the commit lands, the client cannot know (an ambiguous commit).
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -107,12 +107,13 @@ impl Drop for FaultProxy {
     }
 }
 
-/// A PostgreSQL simple-query message (`Q`, length, text) whose text is `COMMIT`.
+/// A client message whose text is `COMMIT`: a PostgreSQL simple query (`Q`, length,
+/// text) or a MySQL `COM_QUERY` packet (3-byte length, sequence id, `0x03`, text).
 fn is_commit(chunk: &[u8]) -> bool {
-    chunk.first() == Some(&b'Q')
-        && chunk
-            .get(5..)
-            .is_some_and(|text| text.to_ascii_uppercase().starts_with(b"COMMIT"))
+    let starts_commit = |text: &[u8]| text.len() >= 6 && text[..6].eq_ignore_ascii_case(b"COMMIT");
+    let postgres = chunk.first() == Some(&b'Q') && chunk.get(5..).is_some_and(starts_commit);
+    let mysql = chunk.get(4) == Some(&0x03) && chunk.get(5..).is_some_and(starts_commit);
+    postgres || mysql
 }
 
 async fn connection(shared: Arc<Shared>, client: TcpStream, server: TcpStream) {
@@ -196,5 +197,27 @@ async fn pump(
         if to.write_all(chunk).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_commit;
+
+    #[test]
+    fn commit_is_recognised_in_both_wire_protocols() {
+        let mut pg = vec![b'Q', 0, 0, 0, 11];
+        pg.extend_from_slice(b"COMMIT\0");
+        assert!(is_commit(&pg));
+        let mut mysql = vec![7, 0, 0, 0, 0x03];
+        mysql.extend_from_slice(b"COMMIT");
+        assert!(is_commit(&mysql));
+        let mut other = vec![7, 0, 0, 0, 0x03];
+        other.extend_from_slice(b"SELECT 1");
+        assert!(!is_commit(&other));
+        let mut prepared = vec![7, 0, 0, 0, 0x17];
+        prepared.extend_from_slice(b"COMMIT");
+        assert!(!is_commit(&prepared));
+        assert!(!is_commit(b"Q"));
     }
 }

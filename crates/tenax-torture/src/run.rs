@@ -12,6 +12,7 @@ use tenax::storage::{Lease, Storage, TaskCompleteParams, TaskListParams};
 use tenax::{Client, CompensationState, TaskStatus};
 
 use crate::check::{check, Findings};
+use crate::enqueuer::{EnqueueFaults, Spec};
 use crate::fleet::{rss_and_fds, Fleet, WorkerSpec};
 use crate::ledger::Ledger;
 use crate::private_mariadb::PrivateMariadb;
@@ -70,6 +71,12 @@ pub struct Plan {
     pub pauses: usize,
     /// SIGTERM of a worker (hand-back), then a replacement.
     pub terms: usize,
+    /// SIGKILLs of the enqueuing client process within 3 ms after it sent a request
+    /// (0: the harness enqueues in-process).
+    pub enqueuer_kills: usize,
+    /// Jumps of the workers' clocks during the run (with `skews`): a worker's offset
+    /// changes at once to another value of `skews`.
+    pub clock_jumps: usize,
     /// Pruner retention (soak), or no pruning.
     pub retention_ms: Option<u64>,
     /// Sample the first worker's RSS and descriptors, and the task count, every second.
@@ -105,6 +112,8 @@ impl Plan {
             proxy_faults: 0,
             pauses: 0,
             terms: 0,
+            enqueuer_kills: 0,
+            clock_jumps: 0,
             retention_ms: None,
             sample: false,
             inject_stale_completion: false,
@@ -141,6 +150,10 @@ pub struct Injected {
     pub stale_probes: usize,
     /// Stale completions written behind the guard (self-test only).
     pub stale_injections: usize,
+    /// Kills of the enqueuing client and how its lost answers were resolved.
+    pub enqueuer: EnqueueFaults,
+    /// Worker clock jumps.
+    pub clock_jumps: usize,
 }
 
 /// One resource sample of the soak.
@@ -197,7 +210,8 @@ impl Report {
         format!(
             "{} [{:?}, seed {}] {:.1}s: tasks {} (+{} unknown), executions {}, re-executions {}; \
              faults: kills {}, exits {}, pauses {}, terms {} ({} unclean), db restarts {}, proxy resets {}, \
-             blackholes {}, latency {}, lost COMMIT replies {}, stale probes {}; \
+             blackholes {}, latency {}, lost COMMIT replies {}, clock jumps {}, enqueuer kills {} \
+             (lost answers: {} present, {} absent and sent again), stale probes {}; \
              lost {}, concurrent duplicates {}, unexplained re-executions {}, illegal transitions {}, \
              stale writes accepted {}, early starts {}, poison dead after max {}/{}, paused overlaps {}, \
              paused executions fenced {}/{}, ledger failures {}",
@@ -219,6 +233,10 @@ impl Report {
             i.proxy_blackholes,
             i.proxy_latency,
             i.commit_replies_dropped,
+            i.clock_jumps,
+            i.enqueuer.kills,
+            i.enqueuer.lost_answers_present,
+            i.enqueuer.lost_answers_absent,
             i.stale_probes,
             f.lost,
             f.concurrent_duplicates,
@@ -336,19 +354,23 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
     let storage = tenax::storage::connect(&store.direct_url).await?;
     let client = Client::new(storage.clone());
     let proxy = if plan.proxy_faults > 0 {
-        let port = store.pg.as_ref().map(PrivatePostgres::port);
-        let port = port.ok_or_else(|| anyhow::anyhow!("proxy faults need PostgreSQL"))?;
+        let port = match (&store.pg, &store.mariadb) {
+            (Some(pg), _) => pg.port(),
+            (_, Some(db)) => db.port(),
+            _ => anyhow::bail!("proxy faults need a database server"),
+        };
         Some(FaultProxy::start(([127, 0, 0, 1], port).into()).await?)
     } else {
         None
     };
-    let worker_url = match &proxy {
-        Some(p) => format!("postgres://postgres@{}/tenax", p.addr()),
-        None => store.direct_url.clone(),
+    let worker_url = match (&proxy, plan.backend) {
+        (Some(p), Backend::Mariadb) => format!("mysql://root@{}/tenax", p.addr()),
+        (Some(p), _) => format!("postgres://postgres@{}/tenax", p.addr()),
+        (None, _) => store.direct_url.clone(),
     };
     let mut fleet = Fleet::start(
         WorkerSpec {
-            program,
+            program: program.clone(),
             database_url: worker_url,
             ledger_url: ledger_url.to_owned(),
             run: run_id.clone(),
@@ -373,13 +395,46 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
             )
         })
         .collect();
-    let enqueuer = tokio::spawn(enqueue_all(
-        client.clone(),
-        ledger.clone(),
-        run_id.clone(),
-        behaviours,
-        plan.enqueue_per_sec,
-    ));
+    let enqueuer = if plan.enqueuer_kills > 0 {
+        let specs: Vec<(Spec, &'static str)> = behaviours
+            .iter()
+            .enumerate()
+            .map(|(n, (behaviour, delay))| {
+                let spec = Spec {
+                    task_no: format!("{run_id}-{n:06}"),
+                    payload: serde_json::to_value(behaviour)?,
+                    max_attempts: if *behaviour == Behaviour::Poison {
+                        3
+                    } else {
+                        5
+                    },
+                    delay_ms: delay.map(|d| d.as_millis() as u64),
+                };
+                Ok((spec, behaviour.name()))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let (program, url, storage, ledger) = (
+            program.clone(),
+            store.direct_url.clone(),
+            storage.clone(),
+            ledger.clone(),
+        );
+        let (per_sec, kills, seed) = (plan.enqueue_per_sec, plan.enqueuer_kills, plan.seed);
+        let log_dir = reports.join("logs").join(&run_id);
+        tokio::spawn(async move {
+            crate::enqueuer::drive(
+                &program, &url, &storage, &ledger, specs, per_sec, kills, seed, &log_dir,
+            )
+            .await
+        })
+    } else {
+        let (client, ledger, run_id) = (client.clone(), ledger.clone(), run_id.clone());
+        let per_sec = plan.enqueue_per_sec;
+        tokio::spawn(async move {
+            enqueue_all(client, ledger, run_id, behaviours, per_sec).await?;
+            Ok(EnqueueFaults::default())
+        })
+    };
 
     let mut injected = Injected::default();
     let mut stale_accepted = 0;
@@ -411,7 +466,7 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
         injected.exits += fleet.supervise(&ledger).await?;
         if enqueuer.as_ref().is_some_and(|e| e.is_finished()) {
             if let Some(e) = enqueuer.take() {
-                e.await??;
+                injected.enqueuer = e.await??;
             }
         }
         if enqueuer.is_none() && settled(&storage).await {
@@ -543,6 +598,7 @@ enum Event {
     Proxy,
     Pause,
     Term,
+    Jump,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -563,6 +619,7 @@ async fn faults(
     events.extend(std::iter::repeat_n(Event::Proxy, plan.proxy_faults));
     events.extend(std::iter::repeat_n(Event::Pause, plan.pauses));
     events.extend(std::iter::repeat_n(Event::Term, plan.terms));
+    events.extend(std::iter::repeat_n(Event::Jump, plan.clock_jumps));
     events.shuffle(rng);
     let lease = Duration::from_millis(plan.lease_ms);
     let mut injected_stale = !plan.inject_stale_completion;
@@ -615,6 +672,18 @@ async fn faults(
                 }
                 injected.pauses += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+            }
+            Event::Jump => {
+                let offset = plan
+                    .skews
+                    .get(rng.random_range(0..plan.skews.len().max(1)))
+                    .ok_or_else(|| anyhow::anyhow!("clock jumps need skews"))?;
+                while fleet.jump_clock(index, offset, ledger).await?.is_none() {
+                    injected.exits += fleet.supervise(ledger).await?;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                injected.clock_jumps += 1;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
             }
             Event::Term => {
                 let clean = loop {

@@ -26,6 +26,8 @@ pub const SCENARIOS: &[&str] = &[
     "skew-postgres",
     "skew-mariadb",
     "proxy",
+    "proxy-mariadb",
+    "enqueuer-kill",
     "pause-term",
     "soak",
     "selftest-stale",
@@ -67,7 +69,8 @@ pub fn plan(name: &str, seed: u64, scale: f64) -> anyhow::Result<Plan> {
             p
         }
         // R5: worker clocks an hour ahead, an hour behind and ten minutes ahead of the
-        // database's (libfaketime); a third of the tasks delayed, plus kills.
+        // database's (libfaketime), jumping between those while they run; a third of
+        // the tasks delayed, plus kills.
         "skew-postgres" | "skew-mariadb" => {
             let backend = if name.ends_with("postgres") {
                 Backend::Postgres
@@ -76,6 +79,7 @@ pub fn plan(name: &str, seed: u64, scale: f64) -> anyhow::Result<Plan> {
             };
             let mut p = Plan::new(name, backend, seed);
             p.skews = vec!["+1h".into(), "-1h".into(), "+10m".into()];
+            p.clock_jumps = scaled(12, scale);
             p.kills = scaled(20, scale);
             p.tasks = scaled(300, scale);
             p.delayed_permille = 330;
@@ -88,6 +92,25 @@ pub fn plan(name: &str, seed: u64, scale: f64) -> anyhow::Result<Plan> {
             p.proxy_faults = scaled(100, scale);
             p.tasks = scaled(800, scale);
             p.enqueue_per_sec = 10;
+            p
+        }
+        // R3 on MariaDB: the same connection faults, the lost reply to a COMMIT being
+        // a MySQL COM_QUERY.
+        "proxy-mariadb" => {
+            let mut p = Plan::new(name, Backend::Mariadb, seed);
+            p.proxy_faults = scaled(40, scale);
+            p.tasks = scaled(400, scale);
+            p.enqueue_per_sec = 10;
+            p
+        }
+        // R1 for the client: the enqueuing process SIGKILLed within 3 ms after it sent
+        // a request; each lost answer resolved by looking its task number up.
+        "enqueuer-kill" => {
+            let mut p = Plan::new(name, Backend::Postgres, seed);
+            p.enqueuer_kills = scaled(25, scale);
+            p.kills = scaled(5, scale);
+            p.tasks = scaled(400, scale);
+            p.enqueue_per_sec = 20;
             p
         }
         // R6 and R7: SIGSTOP past the lease then SIGCONT; SIGTERM hand-back.
@@ -154,7 +177,9 @@ pub fn long_part(part: u32, seed: u64, scale: f64) -> anyhow::Result<Vec<Plan>> 
             plan("skew-postgres", seed, 20.0 * s)?,
             plan("skew-mariadb", seed, 20.0 * s)?,
         ],
-        other => anyhow::bail!("the long tier has parts 1 to 8, not {other}"),
+        9 => vec![plan("enqueuer-kill", seed, 10.0 * s)?],
+        10 => vec![plan("proxy-mariadb", seed, 12.5 * s)?],
+        other => anyhow::bail!("the long tier has parts 1 to 10, not {other}"),
     })
 }
 
@@ -166,7 +191,7 @@ pub fn append_results(doc: &Path, part: u32, scale: f64, reports: &[Report]) -> 
         let i = &r.injected;
         writeln!(
             file,
-            "| {} | {} ×{} | {:?} | {} | {:.0} | {} | kills {}, exits {}, pauses {}, terms {}, db restarts {}, proxy {} (lost COMMIT replies {}) | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ×{} | {:?} | {} | {:.0} | {} | kills {}, exits {}, pauses {}, terms {}, db restarts {}, proxy {} (lost COMMIT replies {}), clock jumps {}, enqueuer kills {} ({} lost answers) | {} | {} | {} | {} | {} | {} |",
             chrono::Utc::now().format("%Y-%m-%d"),
             part,
             scale,
@@ -181,6 +206,9 @@ pub fn append_results(doc: &Path, part: u32, scale: f64, reports: &[Report]) -> 
             i.db_restarts,
             i.proxy_resets + i.proxy_blackholes + i.proxy_latency + i.commit_replies_dropped as usize,
             i.commit_replies_dropped,
+            i.clock_jumps,
+            i.enqueuer.kills,
+            i.enqueuer.lost_answers_present + i.enqueuer.lost_answers_absent,
             f.lost,
             f.concurrent_duplicates,
             f.unexplained_re_executions,

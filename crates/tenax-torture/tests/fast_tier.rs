@@ -194,9 +194,9 @@ async fn mariadb_worker_and_server_kills_lose_nothing() {
     assert_eq!(r.findings.poison_dead_after_max, r.findings.poison_tasks);
 }
 
-/// Worker clocks skewed by ±1 h and +10 min (libfaketime): no task starts before its
-/// time by the database clock, no lease is reclaimed early (that would be an
-/// unexplained re-execution).
+/// Worker clocks skewed by ±1 h and +10 min (libfaketime), jumping between those while
+/// they run: no task starts before its time by the database clock, no lease is
+/// reclaimed early (that would be an unexplained re-execution).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_worker_clocks_start_nothing_early_on_postgres_and_mariadb() {
     if tenax_torture::fleet::libfaketime().is_none() {
@@ -211,11 +211,67 @@ async fn skewed_worker_clocks_start_nothing_early_on_postgres_and_mariadb() {
             return;
         };
         assert_clean(&r);
+        assert_eq!(
+            r.injected.clock_jumps,
+            r.plan.clock_jumps,
+            "{}",
+            r.summary()
+        );
     }
     if tenax_torture::private_mariadb::available() {
         let Some(r) = scenario("skew-mariadb").await else {
             return;
         };
         assert_clean(&r);
+        assert_eq!(
+            r.injected.clock_jumps,
+            r.plan.clock_jumps,
+            "{}",
+            r.summary()
+        );
     }
+}
+
+/// The enqueuing client killed within 3 ms after it sent a request: every lost answer
+/// is resolved by reading the task number, and no acknowledged or found task is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueuer_killed_mid_request_loses_no_acknowledged_task() {
+    if !private_postgres_possible() {
+        return;
+    }
+    let Some(r) = scenario("enqueuer-kill").await else {
+        return;
+    };
+    assert_clean(&r);
+    let e = r.injected.enqueuer;
+    assert_eq!(e.kills, r.plan.enqueuer_kills, "{}", r.summary());
+    assert_eq!(
+        e.lost_answers_present + e.lost_answers_absent,
+        e.kills,
+        "every kill leaves exactly one request without its answer: {}",
+        r.summary()
+    );
+    assert_eq!(r.findings.enqueued_ok, r.plan.tasks, "{}", r.summary());
+}
+
+/// Connection resets, blackholes, latency and lost COMMIT replies between MariaDB
+/// workers and their server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_faults_on_mariadb_break_no_invariant() {
+    if !tenax_torture::private_mariadb::available() {
+        assert!(
+            std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
+            "no MariaDB server tools for a private instance, but TENAX_REQUIRE_ALL_BACKENDS=1"
+        );
+        return;
+    }
+    let Some(r) = scenario("proxy-mariadb").await else {
+        return;
+    };
+    assert_clean(&r);
+    assert!(
+        r.injected.commit_replies_dropped > 0,
+        "no COMMIT reply was dropped: {}",
+        r.summary()
+    );
 }
