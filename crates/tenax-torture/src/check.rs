@@ -224,15 +224,15 @@ pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Resul
         }
     }
 
-    // I2: live lock violations, unless the holder was a paused process.
+    // I2: live lock violations, unless the holder was a paused process: an older
+    // execution that spanned a pause of its process, in another process or in the same
+    // one (resumed, it may claim the task again while its fenced handler still runs).
     for (task_no, epoch, pid, at, what) in &violations {
         let paused_holder = by_task
             .iter()
             .filter(|((no, _), _)| *no == task_no)
             .flat_map(|(_, runs)| runs.iter())
-            .any(|e| {
-                e.pid != *pid && e.epoch < *epoch && paused_between(e.pid, e.start_us, *at, &faults)
-            });
+            .any(|e| e.epoch < *epoch && paused_between(e.pid, e.start_us, *at, &faults));
         if paused_holder {
             f.paused_overlaps += 1;
         } else {

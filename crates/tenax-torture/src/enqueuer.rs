@@ -75,11 +75,14 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
                 Err(e) => return Err(e.into()),
             }
         };
-        say(&format!(
-            "ack {} {}",
-            spec.task_no,
-            inserted.task.run_at.timestamp_micros()
-        ))?;
+        // The run time it was given, for the early-start check; unknown ("-") for a
+        // repeat of a task already claimed, whose retries may have moved it since.
+        let run_at = if inserted.task.attempt == 0 {
+            inserted.task.run_at.timestamp_micros().to_string()
+        } else {
+            "-".to_owned()
+        };
+        say(&format!("ack {} {run_at}", spec.task_no))?;
         if let Some(pace) = pace {
             tokio::time::sleep(pace).await;
         }
@@ -238,7 +241,8 @@ pub async fn drive(
             };
             match found {
                 Some(task) => {
-                    let run_at = Some(task.run_at.timestamp_micros());
+                    // Its run time as given, unless a claim may have moved it since.
+                    let run_at = (task.attempt == 0).then(|| task.run_at.timestamp_micros());
                     ledger
                         .enqueue_log(&spec.task_no, mode, "ok", run_at)
                         .await?;

@@ -452,8 +452,15 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
     )
     .await?;
 
-    // Quiescence: every enqueue answered, nothing left to run.
-    let settle_deadline = Instant::now() + Duration::from_secs(120 + plan.tasks as u64 / 50);
+    // Quiescence: every enqueue answered, nothing left to run. The enqueuer may still be
+    // pacing its tasks when the faults end: the settling time counts from its end.
+    let settle_for = Duration::from_secs(120 + plan.tasks as u64 / 50);
+    let enqueue_for = match plan.enqueue_per_sec {
+        0 => Duration::ZERO,
+        per_sec => Duration::from_secs(plan.tasks as u64 / u64::from(per_sec)),
+    };
+    // A stalled enqueuer is bounded too: three times its paced length.
+    let mut settle_deadline = Instant::now() + enqueue_for * 3 + settle_for;
     let mut enqueuer = Some(enqueuer);
     let mut last_sample = Instant::now() - Duration::from_secs(1);
     loop {
@@ -467,6 +474,7 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
         if enqueuer.as_ref().is_some_and(|e| e.is_finished()) {
             if let Some(e) = enqueuer.take() {
                 injected.enqueuer = e.await??;
+                settle_deadline = settle_deadline.min(Instant::now() + settle_for);
             }
         }
         if enqueuer.is_none() && settled(&storage).await {
@@ -570,7 +578,13 @@ async fn enqueue_all(
                 enqueue = enqueue.run_in(d);
             }
             match enqueue.await {
-                Ok(inserted) => break ("ok", Some(inserted.task.run_at.timestamp_micros())),
+                // The run time it was given, unless a claim may have moved it since (a
+                // repeat after an unknown answer).
+                Ok(inserted) => {
+                    let run_at = (inserted.task.attempt == 0)
+                        .then(|| inserted.task.run_at.timestamp_micros());
+                    break ("ok", run_at);
+                }
                 Err(_) if Instant::now() < deadline => {
                     ledger
                         .enqueue_log(&task_no, behaviour.name(), "info", None)
