@@ -18,6 +18,7 @@ pub use super::bulk_insert::{
 pub use super::claims::*;
 pub use super::keys::*;
 pub use super::observability::*;
+pub use super::outbox::*;
 pub use super::queues::*;
 pub use super::rates::*;
 pub use super::runtime::*;

@@ -1,0 +1,204 @@
+//! Death alerts: the outbox's `death` rows, gathered for a short window and sent to
+//! the webhook as one Slack-style message (`{"text": ...}`) per batch. A batch names
+//! its first deaths one by one and counts the rest by command type, so a storm of
+//! deaths makes a few messages, not thousands. All rows of a message are settled by one
+//! conditional statement: every death appears in exactly one acknowledged message
+//! (unless a sender's claim lapses while its webhook hangs longer than the lease, when
+//! the message may be repeated; its `tenax.delivery_ids` let a receiver tell).
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tenax_storage::{
+    OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxRecord,
+    OutboxSettleParams, OutboxStatus, Storage, StorageError, OUTBOX_BATCH_MAX,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{config_err, AlertsConfig, ConfigError};
+use crate::deliver::{self, Posted};
+
+/// Sends death alerts; run it with [`DeathAlerter::run`].
+pub struct DeathAlerter {
+    storage: Arc<dyn Storage>,
+    client: reqwest::Client,
+    config: AlertsConfig,
+    url: String,
+    secret: Option<Vec<u8>>,
+}
+
+impl DeathAlerter {
+    /// An alerter for these settings, or `None` without a webhook. Messages are
+    /// signed as callbacks are when `secret` is given.
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        config: AlertsConfig,
+        secret: Option<String>,
+    ) -> Result<Option<Self>, ConfigError> {
+        config.validate()?;
+        let Some(url) = config.webhook_url.clone() else {
+            return Ok(None);
+        };
+        let client = deliver::client(config.timeout)
+            .map_err(|e| config_err("alerts", format!("cannot build an HTTP client: {e}")))?;
+        Ok(Some(Self {
+            storage,
+            client,
+            config,
+            url,
+            secret: secret.map(String::into_bytes),
+        }))
+    }
+
+    /// Send alerts until `shutdown`. A storage error is logged and retried.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            let wait = match self.alert_due().await {
+                Ok(Some(wait)) => wait,
+                Ok(None) => self.config.poll_interval,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading deaths to alert failed; retrying");
+                    self.config.poll_interval
+                }
+            };
+            if wait.is_zero() && !shutdown.is_cancelled() {
+                continue;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// One round. Returns `None` when no death waits, else how long to wait before the
+    /// next round (zero when a message was just sent and more may be due).
+    pub async fn alert_due(&self) -> Result<Option<Duration>, StorageError> {
+        // Let a burst gather: wait until the oldest waiting death is a window old.
+        let oldest = self
+            .storage
+            .outbox_list(&OutboxListParams {
+                kind: Some(OutboxKind::Death),
+                status: Some(OutboxStatus::Pending),
+                task_id: None,
+                limit: 1,
+            })
+            .await?;
+        let Some(oldest) = oldest.first() else {
+            return Ok(None);
+        };
+        let now = self.storage.now().await?;
+        let ready_at = oldest.created_at
+            + chrono::Duration::from_std(self.config.death_window).unwrap_or_default();
+        if ready_at > now {
+            return Ok(Some(
+                (ready_at - now)
+                    .to_std()
+                    .unwrap_or(self.config.poll_interval),
+            ));
+        }
+        let rows = self
+            .storage
+            .outbox_claim(&OutboxClaimParams {
+                kind: OutboxKind::Death,
+                limit: OUTBOX_BATCH_MAX,
+                lease: self.config.timeout * 2 + Duration::from_secs(30),
+                now: None,
+            })
+            .await?;
+        if rows.is_empty() {
+            // The oldest is waiting for its retry time.
+            return Ok(Some(self.config.poll_interval));
+        }
+        let message = death_message(&rows, self.config.death_listed);
+        let body = message.to_string();
+        let attempts = rows.iter().map(|r| r.attempts).max().unwrap_or(1);
+        let posted = deliver::post(
+            &self.client,
+            &self.url,
+            &body,
+            &rows[0].delivery_id,
+            self.secret.as_deref(),
+        )
+        .await;
+        let outcome = match posted {
+            Posted::Acknowledged => OutboxOutcome::Delivered,
+            Posted::Failed(error, after) => {
+                let delay =
+                    deliver::backoff(attempts, self.config.backoff_base, self.config.backoff_cap);
+                tracing::warn!(deaths = rows.len(), %error, ?delay, "death alert failed; retrying");
+                OutboxOutcome::Retry {
+                    delay: after
+                        .map_or(delay, |a| a.max(delay))
+                        .min(self.config.max_age),
+                    max_age: self.config.max_age,
+                    error,
+                }
+            }
+        };
+        let delivered = outcome == OutboxOutcome::Delivered;
+        let claims = rows.iter().map(OutboxRecord::claim).collect();
+        let settled = self
+            .storage
+            .outbox_settle(&OutboxSettleParams {
+                claims,
+                outcome,
+                now: None,
+            })
+            .await?;
+        if delivered {
+            tracing::info!(deaths = rows.len(), settled, "death alert sent");
+            Ok(Some(Duration::ZERO))
+        } else {
+            Ok(Some(self.config.poll_interval))
+        }
+    }
+}
+
+/// The Slack-style message for a batch of deaths.
+pub fn death_message(rows: &[OutboxRecord], listed: usize) -> Value {
+    let summaries: Vec<Value> = rows
+        .iter()
+        .map(|r| serde_json::from_str(&r.body).unwrap_or(Value::Null))
+        .collect();
+    let text_of = |v: &Value, key: &str| v[key].as_str().unwrap_or("?").to_owned();
+    let mut lines = vec![if rows.len() == 1 {
+        "1 task died".to_owned()
+    } else {
+        format!("{} tasks died", rows.len())
+    }];
+    for (row, summary) in rows.iter().zip(&summaries).take(listed) {
+        let error: String = text_of(summary, "error").chars().take(300).collect();
+        lines.push(format!(
+            "• task {} `{}` ({}, queue {}) after {} attempt(s): {}",
+            row.task_id,
+            text_of(summary, "task_no"),
+            text_of(summary, "command_type"),
+            text_of(summary, "queue"),
+            summary["attempt"].as_u64().unwrap_or(0),
+            error
+        ));
+    }
+    if rows.len() > listed {
+        let mut by_type: BTreeMap<String, usize> = BTreeMap::new();
+        for summary in summaries.iter().skip(listed) {
+            *by_type.entry(text_of(summary, "command_type")).or_default() += 1;
+        }
+        let counts: Vec<String> = by_type.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
+        lines.push(format!(
+            "…and {} more: {}",
+            rows.len() - listed,
+            counts.join(", ")
+        ));
+    }
+    json!({
+        "text": lines.join("\n"),
+        "tenax": {
+            "kind": "deaths",
+            "count": rows.len(),
+            "task_ids": rows.iter().map(|r| r.task_id.0).collect::<Vec<_>>(),
+            "delivery_ids": rows.iter().map(|r| r.delivery_id.clone()).collect::<Vec<_>>(),
+        },
+    })
+}
