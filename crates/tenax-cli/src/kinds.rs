@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use tenax::Registry;
-use tenax_kinds::alerts::DeathAlerter;
+use tenax_kinds::alerts::{BacklogAlerter, DeathAlerter};
 use tenax_kinds::callbacks::CallbackSender;
 use tenax_kinds::exec::ExecKind;
 use tenax_kinds::http::HttpKind;
@@ -97,6 +97,10 @@ impl Kinds {
             senders.push(tokio::spawn(alerter.run(shutdown.clone())));
             tracing::info!("sending death alerts");
         }
+        if let Some(alerter) = BacklogAlerter::new(storage.clone(), self.alerts.clone())? {
+            senders.push(tokio::spawn(alerter.run(shutdown.clone())));
+            tracing::info!(queues = ?self.alerts.queues.keys().collect::<Vec<_>>(), "checking queue thresholds");
+        }
         Ok(senders)
     }
 }
@@ -158,5 +162,10 @@ pub(crate) fn reference() -> Vec<crate::config::Key> {
         key("alerts.backoff_base", "", secs(a.backoff_base), "First retry delay of a failed alert."),
         key("alerts.backoff_cap", "", secs(a.backoff_cap), "Longest retry delay of a failed alert."),
         key("alerts.poll_interval", "", secs(a.poll_interval), "Time between looks for deaths when idle."),
+        key("alerts.queues.<name>.max_backlog", "", "none".into(),
+            "Alert when more tasks than this are due and unclaimed in the queue, and again when it is back under (once across nodes)."),
+        key("alerts.queues.<name>.max_oldest_age", "", "none".into(),
+            "Alert when the queue's oldest due task has waited longer than this, and again when it is back under."),
+        key("alerts.check_interval", "", secs(a.check_interval), "Time between two checks of the queue thresholds."),
     ]
 }

@@ -475,11 +475,16 @@ async fn signed_callbacks_are_delivered_once_across_a_receiver_outage() {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap()
     };
+    let metrics_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
     let dir = tempfile::tempdir().unwrap();
     let server = start_server(
         dir.path(),
         &format!(
-            "[server]\ncommand_types = [\"echo\"]\n\
+            "[worker]\nmetrics_addr = \"{metrics_addr}\"\n\
+             [server]\ncommand_types = [\"echo\"]\n\
              [callbacks]\nallow_hosts = [\"127.0.0.1:{}\"]\nsecret = \"{SECRET}\"\n\
              backoff_base = \"100ms\"\nbackoff_cap = \"400ms\"\npoll_interval = \"50ms\"\n",
             addr.port()
@@ -579,6 +584,32 @@ async fn signed_callbacks_are_delivered_once_across_a_receiver_outage() {
         assert_eq!(summary["command_type"], "echo");
     }
     assert_eq!(seen[0].body, seen[1].body, "the same body on redelivery");
+
+    // The senders count what they settled.
+    let scrape = client()
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counted = |outcome: &str| -> f64 {
+        scrape
+            .lines()
+            .find(|l| {
+                l.starts_with("tenax_deliveries_total{")
+                    && l.contains("kind=\"callback\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0.0, |v| v.parse().unwrap())
+    };
+    assert_eq!(counted("delivered"), 1.0, "{scrape}");
+    assert!(
+        counted("retried") >= 3.0,
+        "two while down, one 500: {scrape}"
+    );
 
     // Acknowledged once: nothing more arrives.
     let settled_at = Instant::now();
@@ -688,4 +719,61 @@ async fn a_burst_of_500_deaths_is_alerted_with_each_death_in_exactly_one_message
         longest.unwrap() <= 12,
         "each message lists a few deaths and counts the rest"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_backlog_alert_fires_and_resolves_once() {
+    let webhook = Receiver::start(Script::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // `nobody` is accepted but no worker runs it: its tasks make a backlog.
+    let server = start_server(
+        dir.path(),
+        &format!(
+            "[server]\ncommand_types = [\"echo\", \"nobody\"]\n\
+             [alerts]\nwebhook_url = \"http://{}/slack\"\ncheck_interval = \"100ms\"\n\
+             [alerts.queues.default]\nmax_backlog = 5\n",
+            webhook.addr
+        ),
+    );
+    let backlog_messages = || -> Vec<Value> {
+        webhook
+            .seen()
+            .iter()
+            .map(|s| serde_json::from_slice::<Value>(&s.body).unwrap())
+            .filter(|m| m["tenax"]["kind"] == "backlog")
+            .collect()
+    };
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let task = enqueue(&server, json!({"command_type": "nobody"})).await;
+        ids.push(task["id"].as_i64().unwrap());
+    }
+    let fired = wait_for("the backlog alert", Duration::from_secs(30), || async {
+        backlog_messages().first().cloned()
+    })
+    .await;
+    assert_eq!(fired["tenax"]["firing"], true, "{fired}");
+    assert!(
+        fired["text"].as_str().unwrap().contains("backlog is 6"),
+        "{fired}"
+    );
+    for id in &ids {
+        let (status, answer) = api(&server, "POST", &format!("/v1/tasks/{id}/cancel"), None).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let resolved = wait_for("the resolution", Duration::from_secs(30), || async {
+        backlog_messages().get(1).cloned()
+    })
+    .await;
+    assert_eq!(resolved["tenax"]["firing"], false, "{resolved}");
+    assert!(
+        resolved["text"].as_str().unwrap().starts_with("Resolved"),
+        "{resolved}"
+    );
+    // Checks go on every 100ms; no state change, no message.
+    let quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_millis(1000) {
+        assert_eq!(backlog_messages().len(), 2, "one message per transition");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

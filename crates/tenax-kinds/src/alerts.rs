@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tenax_storage::{
-    OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxRecord,
-    OutboxSettleParams, OutboxStatus, Storage, StorageError, OUTBOX_BATCH_MAX,
+    AlertTransitionParams, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome,
+    OutboxRecord, OutboxSettleParams, OutboxStatus, Storage, StorageError, OUTBOX_BATCH_MAX,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -143,10 +143,11 @@ impl DeathAlerter {
             .storage
             .outbox_settle(&OutboxSettleParams {
                 claims,
-                outcome,
+                outcome: outcome.clone(),
                 now: None,
             })
             .await?;
+        deliver::count(OutboxKind::Death, &outcome, settled);
         if delivered {
             tracing::info!(deaths = rows.len(), settled, "death alert sent");
             Ok(Some(Duration::ZERO))
@@ -201,4 +202,132 @@ pub fn death_message(rows: &[OutboxRecord], listed: usize) -> Value {
             "delivery_ids": rows.iter().map(|r| r.delivery_id.clone()).collect::<Vec<_>>(),
         },
     })
+}
+
+/// Thresholds of one queue (`[alerts.queues.<name>]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueThresholds {
+    /// Alert while more tasks than this are due and unclaimed.
+    pub max_backlog: Option<u64>,
+    /// Alert while the oldest due task has waited longer than this.
+    #[serde(default, deserialize_with = "crate::config::duration_opt")]
+    pub max_oldest_age: Option<Duration>,
+}
+
+/// Sends an alert when a queue's backlog or oldest due age passes its threshold, and
+/// again when it is back under: on transitions only, recorded in the database so that
+/// one node reports each. Run it with [`BacklogAlerter::run`].
+pub struct BacklogAlerter {
+    storage: Arc<dyn Storage>,
+    client: reqwest::Client,
+    config: AlertsConfig,
+    url: String,
+}
+
+impl BacklogAlerter {
+    /// An alerter, or `None` without a webhook or without thresholds.
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        config: AlertsConfig,
+    ) -> Result<Option<Self>, ConfigError> {
+        config.validate()?;
+        let Some(url) = config.webhook_url.clone() else {
+            return Ok(None);
+        };
+        if config.queues.is_empty() {
+            return Ok(None);
+        }
+        let client = deliver::client(config.timeout)
+            .map_err(|e| config_err("alerts", format!("cannot build an HTTP client: {e}")))?;
+        Ok(Some(Self {
+            storage,
+            client,
+            config,
+            url,
+        }))
+    }
+
+    /// Check every `check_interval` until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            if let Err(e) = self.check_once().await {
+                tracing::warn!(error = %e, "checking queue thresholds failed; retrying");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(self.config.check_interval) => {}
+            }
+        }
+    }
+
+    /// One check: read the queues' statistics, record each threshold's state, and
+    /// send a message for each change this node recorded. Returns how many were sent.
+    pub async fn check_once(&self) -> Result<usize, StorageError> {
+        let stats = self
+            .storage
+            .queue_stats(&tenax_storage::QueueStatsParams { now: None })
+            .await?;
+        let mut sent = 0;
+        for (queue, limits) in &self.config.queues {
+            let stat = stats.iter().find(|s| &s.queue == queue);
+            let backlog = stat.map_or(0, |s| s.backlog);
+            let age = stat.and_then(|s| s.oldest_due_age).unwrap_or_default();
+            let mut checks = Vec::new();
+            if let Some(max) = limits.max_backlog {
+                checks.push((
+                    "backlog",
+                    backlog > max,
+                    format!("backlog is {backlog} tasks (threshold {max})"),
+                ));
+            }
+            if let Some(max) = limits.max_oldest_age {
+                checks.push((
+                    "oldest_age",
+                    age > max,
+                    format!(
+                        "oldest due task has waited {} (threshold {})",
+                        humantime::format_duration(Duration::from_secs(age.as_secs())),
+                        humantime::format_duration(max)
+                    ),
+                ));
+            }
+            for (alert, firing, detail) in checks {
+                let params = AlertTransitionParams {
+                    queue: queue.clone(),
+                    alert: alert.to_owned(),
+                    firing,
+                    now: None,
+                };
+                if !self.storage.alert_transition(&params).await? {
+                    continue;
+                }
+                let text = if firing {
+                    format!("Queue `{queue}`: {detail}")
+                } else {
+                    format!("Resolved: queue `{queue}` {detail}")
+                };
+                let body = json!({
+                    "text": text,
+                    "tenax": {"kind": alert, "queue": queue, "firing": firing,
+                              "backlog": backlog, "oldest_due_age_seconds": age.as_secs_f64()},
+                })
+                .to_string();
+                let id = format!("{queue}:{alert}:{}", rand::random::<u64>());
+                match deliver::post(&self.client, &self.url, &body, &id, None).await {
+                    Posted::Acknowledged => sent += 1,
+                    Posted::Failed(error, _) => {
+                        // Undo the recorded change so that the next check sends it again.
+                        tracing::warn!(%queue, alert, %error, "queue alert failed; retrying at the next check");
+                        let undo = AlertTransitionParams {
+                            firing: !firing,
+                            ..params
+                        };
+                        self.storage.alert_transition(&undo).await?;
+                    }
+                }
+            }
+        }
+        Ok(sent)
+    }
 }

@@ -139,10 +139,13 @@ impl CallbackSender {
             .storage
             .outbox_settle(&OutboxSettleParams {
                 claims: vec![row.claim()],
-                outcome,
+                outcome: outcome.clone(),
                 now: None,
             })
             .await;
+        if let Ok(n) = &settled {
+            deliver::count(OutboxKind::Callback, &outcome, *n);
+        }
         if let Err(e) = settled {
             // The claim lapses and the row is attempted again, under the same id.
             tracing::warn!(delivery_id = %row.delivery_id, error = %e, "recording a callback attempt failed");

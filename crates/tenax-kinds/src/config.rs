@@ -37,6 +37,12 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     parse_duration::<D>(&text)
 }
 
+pub(crate) fn duration_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration_map(deserializer)
+}
+
 fn duration_map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
     Option::<String>::deserialize(deserializer)?
         .map(|t| parse_duration::<D>(&t))
@@ -354,6 +360,12 @@ pub struct AlertsConfig {
     /// Time between two looks for deaths when idle. Default 1s.
     #[serde(default = "one_second", deserialize_with = "duration")]
     pub poll_interval: Duration,
+    /// `[alerts.queues.<name>]`: backlog and oldest-age thresholds per queue.
+    #[serde(default)]
+    pub queues: BTreeMap<String, crate::alerts::QueueThresholds>,
+    /// Time between two checks of the thresholds. Default 30s.
+    #[serde(default = "thirty_seconds", deserialize_with = "duration")]
+    pub check_interval: Duration,
 }
 
 impl Default for AlertsConfig {
@@ -367,6 +379,8 @@ impl Default for AlertsConfig {
             backoff_base: one_second(),
             backoff_cap: five_minutes(),
             poll_interval: one_second(),
+            queues: BTreeMap::new(),
+            check_interval: thirty_seconds(),
         }
     }
 }
@@ -380,6 +394,13 @@ impl AlertsConfig {
         }
         if self.death_window > Duration::from_secs(3600) {
             return Err(config_err("alerts.death_window", "use 0 to 1h"));
+        }
+        for queue in self.queues.keys() {
+            tenax_core::QueueName::new(queue.clone())
+                .map_err(|e| config_err(format!("alerts.queues.{queue}"), e.to_string()))?;
+        }
+        if self.check_interval < Duration::from_millis(10) {
+            return Err(config_err("alerts.check_interval", "at least 10ms"));
         }
         if self.death_listed == 0 || self.death_listed > 100 {
             return Err(config_err("alerts.death_listed", "use 1 to 100"));

@@ -42,6 +42,22 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(delta.to_std().unwrap_or(Duration::ZERO))
 }
 
+/// Count settled outbox rows in `tenax_deliveries_total` (listed in the catalogue
+/// `tenax_runtime::metrics::METRICS`).
+pub(crate) fn count(
+    kind: tenax_storage::OutboxKind,
+    outcome: &tenax_storage::OutboxOutcome,
+    rows: u64,
+) {
+    let outcome = match outcome {
+        tenax_storage::OutboxOutcome::Delivered => "delivered",
+        tenax_storage::OutboxOutcome::Retry { .. } => "retried",
+        tenax_storage::OutboxOutcome::Expire { .. } => "expired",
+    };
+    metrics::counter!("tenax_deliveries_total", "kind" => kind.as_str(), "outcome" => outcome)
+        .increment(rows);
+}
+
 /// How one POST ended.
 pub(crate) enum Posted {
     /// 2xx.

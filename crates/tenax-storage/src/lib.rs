@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
+mod alert_state;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod bulk;
@@ -43,6 +44,7 @@ pub mod sqlite;
 pub mod testing;
 pub mod workflows;
 
+pub use alert_state::AlertTransitionParams;
 pub use bulk::{
     AUDIT_ACTION_MAX_BYTES, AUDIT_ACTOR_MAX_BYTES, AUDIT_DETAILS_MAX_BYTES, AUDIT_LIST_MAX,
     AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
@@ -301,6 +303,11 @@ pub trait Storage: Send + Sync + 'static {
     /// pending rows written before then (no sender took them in all that time, for
     /// example death rows where no alert webhook is configured); returns how many.
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64>;
+
+    /// Record whether a threshold alert of a queue is firing; returns `true` only when
+    /// this call changed it (an alert never recorded counts as not firing). Concurrent
+    /// callers asking for the same change: exactly one gets `true`.
+    async fn alert_transition(&self, params: &AlertTransitionParams) -> Result<bool>;
 }
 
 /// Open the backend a URL names and apply its migrations.

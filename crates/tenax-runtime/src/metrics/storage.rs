@@ -211,6 +211,12 @@ impl Storage for InstrumentedStorage {
     ) -> Result<Vec<tenax_storage::OutboxRecord>> {
         timed("outbox_list", self.inner.outbox_list(params)).await
     }
+    async fn alert_transition(
+        &self,
+        params: &tenax_storage::AlertTransitionParams,
+    ) -> Result<bool> {
+        timed("alert_transition", self.inner.alert_transition(params)).await
+    }
     async fn outbox_prune(&self, params: &tenax_storage::OutboxPruneParams) -> Result<u64> {
         timed("outbox_prune", self.inner.outbox_prune(params)).await
     }

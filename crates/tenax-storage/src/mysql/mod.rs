@@ -54,6 +54,7 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod alert_state;
 mod audit;
 mod bulk;
 mod insert;
@@ -1516,6 +1517,10 @@ impl Storage for MySqlStorage {
 
     async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
         self.outbox_list_impl(params).await
+    }
+
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        retrying(|| self.alert_transition_impl(params)).await
     }
 
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {

@@ -47,6 +47,7 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver};
 
+mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
@@ -995,6 +996,10 @@ impl Storage for PgStorage {
 
     async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
         self.timed(self.outbox_list_impl(params)).await
+    }
+
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        self.timed(self.alert_transition_impl(params)).await
     }
 
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {

@@ -40,6 +40,7 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
@@ -1031,6 +1032,10 @@ impl Storage for SqliteStorage {
 
     async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
         self.outbox_list_impl(params).await
+    }
+
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        self.alert_transition_impl(params).await
     }
 
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {

@@ -232,6 +232,9 @@ impl Storage for FaultyStorage {
     ) -> Result<Vec<crate::OutboxRecord>> {
         self.inner.outbox_list(params).await
     }
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        self.inner.alert_transition(params).await
+    }
     async fn outbox_prune(&self, params: &crate::OutboxPruneParams) -> Result<u64> {
         self.inner.outbox_prune(params).await
     }

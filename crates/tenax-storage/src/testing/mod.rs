@@ -15,6 +15,7 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
+mod alert_state;
 mod bulk;
 pub mod bulk_insert;
 mod claims;
@@ -314,6 +315,7 @@ macro_rules! conformance_tests {
                 outbox_claims_are_settled_only_under_their_own_attempt,
                 an_outbox_retry_past_its_maximum_age_expires,
                 concurrent_outbox_claimers_take_each_row_once,
+                an_alert_changes_state_once_per_transition,
             );
         }
     };
