@@ -281,6 +281,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Before any HTTP client is built (the kinds' senders, the OTLP exporter).
+    tenax_kinds::install_tls_provider();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -11,14 +11,22 @@ use crate::sign;
 /// An HTTP client for outbound requests: no redirects followed (a redirect could lead
 /// anywhere), rustls with the ring provider, the given overall timeout.
 pub fn client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
-    // Installing twice is harmless: the first provider stays.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_tls_provider();
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("tenax/", env!("CARGO_PKG_VERSION")))
         .build()
+}
+
+/// Make rustls with the ring provider the process's TLS provider, unless one is
+/// installed already. reqwest is built without a provider of its own (so the build
+/// needs no second crypto library), so a process must call this before any HTTP client
+/// is built, including the ones other libraries build (the OTLP exporter's).
+pub fn install_tls_provider() {
+    // Installing twice is harmless: the first provider stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The delay before attempt `attempts + 1`: `base * 2^(attempts-1)`, capped, with

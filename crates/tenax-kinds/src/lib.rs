@@ -22,7 +22,7 @@ pub mod sign;
 pub use config::{
     AlertsConfig, CallbacksConfig, ConfigError, ExecConfig, HttpCompensate, HttpConfig, HttpTarget,
 };
-pub use deliver::client;
+pub use deliver::{client, install_tls_provider};
 
 /// Delete settled outbox rows older than `retention`, and pending ones no sender took
 /// within it, every `interval` until `shutdown` (run it next to the task pruner).
