@@ -42,6 +42,14 @@ pub(crate) struct FileConfig {
     /// `[server]`.
     #[serde(default)]
     pub(crate) server: ServerFile,
+    /// `[http]`: targets of the `http` kind.
+    pub(crate) http: Option<tenax_kinds::HttpConfig>,
+    /// `[exec]`: the `exec` kind's allow-list.
+    pub(crate) exec: Option<tenax_kinds::ExecConfig>,
+    /// `[callbacks]`: completion callbacks.
+    pub(crate) callbacks: Option<tenax_kinds::CallbacksConfig>,
+    /// `[alerts]`: the alert webhook.
+    pub(crate) alerts: Option<tenax_kinds::AlertsConfig>,
 }
 
 /// The `[server]` table (`tenax serve`).
@@ -115,6 +123,7 @@ fn secs(d: Duration) -> String {
 pub(crate) fn reference() -> Vec<Key> {
     let mut keys = worker_reference();
     keys.extend(crate::serve::reference());
+    keys.extend(crate::kinds::reference());
     keys
 }
 
@@ -405,5 +414,9 @@ mod tests {
         worker_config(&file.worker, None, None, None, None, None, None).unwrap();
         assert_eq!(file.server.tokens.len(), 1);
         assert_eq!(file.server.queues["default"].max_pending, Some(100_000));
+        let kinds = crate::kinds::Kinds::from_file(&file).unwrap();
+        assert_eq!(kinds.command_types(), ["http", "exec"]);
+        assert!(kinds.callbacks.enabled());
+        assert!(kinds.alerts.webhook_url.is_some());
     }
 }

@@ -24,6 +24,7 @@ mod bulk;
 mod config;
 mod demo;
 mod flow;
+mod kinds;
 mod observe;
 mod queues;
 mod rates;
@@ -167,7 +168,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Commands::Worker(args) => {
             init_tracing("info");
-            worker::run(&database_url, &file.worker, args).await
+            worker::run(&database_url, &file, args).await
         }
         Commands::Serve(args) => {
             init_tracing("info");
@@ -183,7 +184,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Commands::Config(ConfigCommand::Check(serve_args)) => {
-            let (server, warnings) = serve_args.server_config(&file.server)?;
+            let kinds = kinds::Kinds::from_file(&file)?;
+            let (server, warnings) = serve_args.server_config(&file.server, &kinds)?;
             let args = &serve_args.worker;
             let worker = args.config(&file.worker)?;
             match &file_path {
@@ -216,6 +218,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("server.wait_max = {:?}", server.wait_max);
             println!("server.db_timeout = {:?}", server.db_timeout);
             println!("server.batch_max = {}", server.batch_max);
+            for (name, target) in &kinds.http.targets {
+                println!(
+                    "http.targets.{name} = {} {}",
+                    target.method, target.base_url
+                );
+            }
+            for (name, path) in &kinds.exec.allow {
+                println!("exec.allow.{name} = {}", path.display());
+            }
+            println!("callbacks.allow_hosts = {:?}", kinds.callbacks.allow_hosts);
+            println!(
+                "callbacks.secret = {}",
+                if kinds.callbacks.secret.is_some() {
+                    "set"
+                } else {
+                    "unset"
+                }
+            );
+            println!(
+                "alerts.webhook_url = {}",
+                if kinds.alerts.webhook_url.is_some() {
+                    "set"
+                } else {
+                    "unset"
+                }
+            );
             for warning in &warnings {
                 println!("warning: {warning}");
             }
@@ -253,6 +281,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Before any HTTP client is built (the kinds' senders, the OTLP exporter).
+    tenax_kinds::install_tls_provider();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -76,6 +76,8 @@ pub(crate) fn metrics_markdown() -> String {
          (default 10 s) by every node that serves metrics. The values are the whole \
          cluster's, identical on every node: aggregate them with `max by (...)`, never `sum`.\n\
          - **source `worker`** and **`storage`**: this process only; aggregate with `sum`.\n\
+         - **source `delivery`**: the callback and alert senders of this process (only where \
+         `[callbacks]` or `[alerts]` is configured); aggregate with `sum`.\n\
          - Histograms in seconds have buckets {seconds:?}; the claim batch histogram has \
          buckets {batch:?}.\n\n{table}",
         seconds = tenax::metrics::SECONDS_BUCKETS,

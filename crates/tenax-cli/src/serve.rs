@@ -9,6 +9,7 @@ use rand::Rng;
 use tenax_server::{AppState, Role, ServerConfig};
 
 use crate::config::{FileConfig, Key, ServerFile};
+use crate::kinds::Kinds;
 use crate::parse_duration;
 use crate::worker::{self, WorkerArgs, KNOWN};
 
@@ -50,14 +51,19 @@ impl ServeArgs {
     pub(crate) fn server_config(
         &self,
         file: &ServerFile,
+        kinds: &Kinds,
     ) -> anyhow::Result<(ServerConfig, Vec<String>)> {
         let d = ServerConfig::default();
         let command_types = if !self.command_types.is_empty() {
             self.command_types.clone()
         } else {
-            file.command_types
-                .clone()
-                .unwrap_or_else(|| KNOWN.iter().map(|s| (*s).to_owned()).collect())
+            file.command_types.clone().unwrap_or_else(|| {
+                KNOWN
+                    .iter()
+                    .chain(kinds.command_types().iter())
+                    .map(|s| (*s).to_owned())
+                    .collect()
+            })
         };
         let config = ServerConfig {
             listen: self.listen.or(file.listen).unwrap_or(d.listen),
@@ -72,6 +78,8 @@ impl ServeArgs {
             wait_max: self.wait_max.or(file.wait_max).unwrap_or(d.wait_max),
             db_timeout: self.db_timeout.or(file.db_timeout).unwrap_or(d.db_timeout),
             batch_max: file.batch_max.unwrap_or(d.batch_max),
+            callback_allow_hosts: kinds.callbacks.allow_hosts.clone(),
+            http_targets: kinds.http.targets.keys().cloned().collect(),
         };
         let warnings = config.validate()?;
         Ok((config, warnings))
@@ -84,7 +92,8 @@ pub(crate) async fn run(
     file: &FileConfig,
     args: ServeArgs,
 ) -> anyhow::Result<()> {
-    let (config, warnings) = args.server_config(&file.server)?;
+    let kinds = Kinds::from_file(file)?;
+    let (config, warnings) = args.server_config(&file.server, &kinds)?;
     // Check the worker settings before binding, so a bad file fails fast.
     args.worker.config(&file.worker)?;
     for warning in &warnings {
@@ -106,7 +115,7 @@ pub(crate) async fn run(
     let worker_file = file.worker.clone();
     let worker_shutdown = shutdown.clone();
     let mut worker = tokio::spawn(async move {
-        worker::run_on(storage, &worker_file, args.worker, worker_shutdown).await
+        worker::run_on(storage, &worker_file, &kinds, args.worker, worker_shutdown).await
     });
     // Whichever stops first (a signal stops both) stops the other.
     let (api_result, worker_result) = tokio::select! {
@@ -226,7 +235,7 @@ mod tests {
         )
         .unwrap();
         let (config, warnings) = args(&["tenax", "serve"])
-            .server_config(&file.server)
+            .server_config(&file.server, &Kinds::default())
             .unwrap();
         assert!(warnings.is_empty());
         assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
@@ -242,12 +251,12 @@ mod tests {
             "--command-type",
             "a,b",
         ])
-        .server_config(&file.server)
+        .server_config(&file.server, &Kinds::default())
         .unwrap();
         assert_eq!(config.listen.port(), 0);
         assert_eq!(config.command_types.len(), 2);
         let (config, warnings) = args(&["tenax", "serve"])
-            .server_config(&ServerFile::default())
+            .server_config(&ServerFile::default(), &Kinds::default())
             .unwrap();
         assert_eq!(config.body_limit, 1024 * 1024);
         assert!(config.command_types.contains("echo"));
@@ -266,7 +275,7 @@ mod tests {
             .to_string();
         assert!(err.contains("listen"), "{err}");
         let open = args(&["tenax", "serve", "--listen", "0.0.0.0:8080"])
-            .server_config(&ServerFile::default())
+            .server_config(&ServerFile::default(), &Kinds::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -275,7 +284,7 @@ mod tests {
         );
         let file = parse("[server]\n[server.queues.q]\nmax_pending = 0\n").unwrap();
         let err = args(&["tenax", "serve"])
-            .server_config(&file.server)
+            .server_config(&file.server, &Kinds::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("server.queues.q.max_pending"), "{err}");

@@ -189,11 +189,12 @@ pub(crate) fn shutdown_on_signal() -> CancellationToken {
 
 pub(crate) async fn run(
     database_url: &str,
-    file: &crate::config::WorkerFile,
+    file: &crate::config::FileConfig,
     args: WorkerArgs,
 ) -> anyhow::Result<()> {
+    let kinds = crate::kinds::Kinds::from_file(file)?;
     let storage = tenax::storage::connect(database_url).await?;
-    run_on(storage, file, args, shutdown_on_signal()).await
+    run_on(storage, &file.worker, &kinds, args, shutdown_on_signal()).await
 }
 
 /// Run a worker on an open storage until `shutdown` is cancelled (`tenax serve` shares
@@ -201,6 +202,7 @@ pub(crate) async fn run(
 pub(crate) async fn run_on(
     mut storage: Arc<dyn tenax::storage::Storage>,
     file: &crate::config::WorkerFile,
+    kinds: &crate::kinds::Kinds,
     args: WorkerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -218,12 +220,20 @@ pub(crate) async fn run_on(
             sampler.clone(),
         ));
     }
-    let mut worker = Worker::new(storage, args.bank.registry_of(&args.commands)?, config)?;
+    let mut registry = args.bank.registry_of(&args.commands)?;
+    kinds.register(&mut registry)?;
+    let senders = kinds.spawn_senders(&storage, &config, &shutdown)?;
+    let mut worker = Worker::new(storage, registry, config)?;
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }
-    let ran = worker.run(shutdown).await;
+    let ran = worker.run(shutdown.clone()).await;
     sampler.cancel();
+    // The senders stop with the same token; wait for their last attempt to settle.
+    shutdown.cancel();
+    for sender in senders {
+        let _ = sender.await;
+    }
     ran?;
     Ok(())
 }

@@ -16,6 +16,7 @@
 mod command;
 mod error;
 mod hook;
+pub mod outbound;
 mod parents;
 mod registry;
 pub mod retry;

@@ -93,6 +93,7 @@ impl Client {
                 now: None,
                 concurrency_key: None,
                 concurrency_limit: 1,
+                callback_url: None,
             }),
         }
     }
@@ -116,6 +117,7 @@ impl Client {
                 now: None,
                 concurrency_key: None,
                 concurrency_limit: 1,
+                callback_url: None,
             }),
         }
     }
@@ -241,6 +243,18 @@ impl Enqueue<'_> {
                 return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
             }
             p.max_attempts = max_attempts;
+            Ok(())
+        })
+    }
+
+    /// Where to POST the task's final outcome (succeeded, dead or cancelled): an
+    /// `http` or `https` URL. A process running a callback sender (`tenax worker` or
+    /// `tenax serve` with `[callbacks]`) delivers it, signed, until acknowledged;
+    /// that sender also checks the host against its allow-list.
+    pub fn callback_url(self, url: impl Into<String>) -> Self {
+        let url = url.into();
+        self.map(|p| {
+            p.callback_url = Some(url);
             Ok(())
         })
     }

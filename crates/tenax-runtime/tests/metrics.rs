@@ -270,7 +270,9 @@ async fn metrics_count_exactly_what_ran() {
             .unwrap_or_else(|| panic!("{name} is registered but not in the catalogue"));
         assert_eq!(def.kind.as_str(), kind, "{name}");
     }
-    for def in METRICS {
+    // Delivery metrics are recorded by the callback and alert senders, which a worker
+    // alone does not run (crates/tenax-cli/tests/delivery.rs checks them).
+    for def in METRICS.iter().filter(|d| d.source != "delivery") {
         assert!(
             registered.iter().any(|(name, _)| name == def.name),
             "{} is in the catalogue but was not registered by this run",

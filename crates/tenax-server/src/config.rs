@@ -56,6 +56,13 @@ pub struct ServerConfig {
     pub db_timeout: Duration,
     /// Most tasks in one `POST /v1/tasks/batch`. Default 100.
     pub batch_max: usize,
+    /// Hosts a task's `callback_url` may name (`hooks.example.com`,
+    /// `hooks.example.com:8443`, `*.example.com`). Empty: a task with a `callback_url`
+    /// is refused (422).
+    pub callback_allow_hosts: Vec<String>,
+    /// The targets of the `http` kind this deployment declares. When not empty, an
+    /// `http` task naming another target is refused at enqueue (422).
+    pub http_targets: BTreeSet<String>,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +77,8 @@ impl Default for ServerConfig {
             wait_max: Duration::from_secs(60),
             db_timeout: Duration::from_secs(5),
             batch_max: 100,
+            callback_allow_hosts: Vec::new(),
+            http_targets: BTreeSet::new(),
         }
     }
 }

@@ -146,6 +146,10 @@ pub struct EnqueueRequest {
     pub concurrency_key: Option<String>,
     /// The key's limit, 1 to 1000. Default 1.
     pub concurrency_limit: Option<i64>,
+    /// Where to POST the task's final outcome (succeeded, dead or cancelled), signed.
+    /// Its host must be in the server's `[callbacks] allow_hosts` (422 otherwise).
+    #[serde(default)]
+    pub callback_url: Option<String>,
 }
 
 fn empty_object() -> Value {

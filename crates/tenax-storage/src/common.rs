@@ -27,6 +27,7 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
         .map_err(|e| InvalidInput::new("payload", format!("is not JSON: {e}")))?;
     tenax_core::QueueName::new(params.queue.clone())?;
     tenax_core::validate_command_type(&params.command_type)?;
+    crate::outbox::validate_callback_url(params.callback_url.as_deref())?;
     if params.max_attempts == 0 {
         return Err(InvalidInput::new("max_attempts", "must be at least 1").into());
     }

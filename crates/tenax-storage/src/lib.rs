@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
+mod alert_state;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod bulk;
@@ -30,6 +31,7 @@ mod common;
 mod error;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+pub mod outbox;
 pub mod params;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -42,12 +44,18 @@ pub mod sqlite;
 pub mod testing;
 pub mod workflows;
 
+pub use alert_state::AlertTransitionParams;
 pub use bulk::{
     AUDIT_ACTION_MAX_BYTES, AUDIT_ACTOR_MAX_BYTES, AUDIT_DETAILS_MAX_BYTES, AUDIT_LIST_MAX,
     AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
 };
 pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
 pub use error::{Result, StorageError};
+pub use outbox::{
+    OutboxClaim, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxPruneParams,
+    OutboxRecord, OutboxSettleParams, OutboxStatus, CALLBACK_URL_MAX_BYTES, OUTBOX_BATCH_MAX,
+    OUTBOX_ERROR_MAX_BYTES,
+};
 pub use params::*;
 /// The sqlx version Tenax is built with, so a caller's transaction has the types the
 /// `enqueue_in` functions of each backend take.
@@ -277,6 +285,29 @@ pub trait Storage: Send + Sync + 'static {
     /// The parents of a task in its workflow, with their results (empty for a task
     /// without parents).
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>>;
+
+    /// Claim up to `limit` due `pending` outbox rows of a kind, oldest first, skipping
+    /// rows another claimer holds: each gets `attempts + 1` and is hidden until now +
+    /// `lease`. See [`outbox`].
+    async fn outbox_claim(&self, params: &OutboxClaimParams) -> Result<Vec<OutboxRecord>>;
+
+    /// End claims with one outcome, in one conditional statement: only rows still
+    /// `pending` under the claimed attempt count change. Returns how many did (fewer
+    /// than asked when a claim lapsed and another claimer took the row).
+    async fn outbox_settle(&self, params: &OutboxSettleParams) -> Result<u64>;
+
+    /// Outbox rows matching filters, oldest first.
+    async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>>;
+
+    /// Delete delivered and expired outbox rows settled before now - `older_than`, and
+    /// pending rows written before then (no sender took them in all that time, for
+    /// example death rows where no alert webhook is configured); returns how many.
+    async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64>;
+
+    /// Record whether a threshold alert of a queue is firing; returns `true` only when
+    /// this call changed it (an alert never recorded counts as not firing). Concurrent
+    /// callers asking for the same change: exactly one gets `true`.
+    async fn alert_transition(&self, params: &AlertTransitionParams) -> Result<bool>;
 }
 
 /// Open the backend a URL names and apply its migrations.

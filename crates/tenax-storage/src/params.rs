@@ -70,6 +70,10 @@ pub struct TaskInsertParams {
     /// The key's limit, 1..=[`CONCURRENCY_LIMIT_MAX`](crate::CONCURRENCY_LIMIT_MAX)
     /// (ignored without a key; 1 is the usual value).
     pub concurrency_limit: u32,
+    /// Where to POST the task's final outcome (an `http` or `https` URL of at most
+    /// [`CALLBACK_URL_MAX_BYTES`](crate::CALLBACK_URL_MAX_BYTES)); see [`crate::outbox`].
+    /// Not part of the task's identity: a repeat of a `task_no` keeps the stored URL.
+    pub callback_url: Option<String>,
 }
 
 /// What [`Storage::task_insert`](crate::Storage::task_insert) did.

@@ -131,6 +131,7 @@ async fn run_ops(h: &Harness, prefix: &str, ops: &[Op]) -> Result<(), String> {
                         now: Some(now),
                         concurrency_key: None,
                         concurrency_limit: 1,
+                        callback_url: None,
                     })
                     .await
                     .map_err(|e| ctx(&e.to_string()))?;

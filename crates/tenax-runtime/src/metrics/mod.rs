@@ -96,6 +96,8 @@ pub mod names {
     pub const REAPED: &str = "tenax_leases_expired_total";
     /// Storage call latency.
     pub const STORAGE_CALL: &str = "tenax_storage_call_duration_seconds";
+    /// Outbound delivery attempts (callbacks, death alerts), by outcome.
+    pub const DELIVERIES: &str = "tenax_deliveries_total";
 }
 
 /// Every metric Tenax records, in the order of the reference table.
@@ -219,6 +221,14 @@ pub const METRICS: &[MetricDef] = &[
         labels: &["method", "outcome"],
         source: "storage",
         help: "Latency of each Storage call through the instrumented wrapper; outcome=ok or error.",
+    },
+    MetricDef {
+        name: names::DELIVERIES,
+        kind: MetricKind::Counter,
+        unit: "messages",
+        labels: &["kind", "outcome"],
+        source: "delivery",
+        help: "Outbox rows settled by this process's senders: kind=callback or death, outcome=delivered, retried or expired (a death alert counts each death it carries).",
     },
 ];
 

@@ -196,4 +196,28 @@ impl Storage for InstrumentedStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<tenax_storage::ParentOutcome>> {
         timed("task_parent_results", self.inner.task_parent_results(id)).await
     }
+    async fn outbox_claim(
+        &self,
+        params: &tenax_storage::OutboxClaimParams,
+    ) -> Result<Vec<tenax_storage::OutboxRecord>> {
+        timed("outbox_claim", self.inner.outbox_claim(params)).await
+    }
+    async fn outbox_settle(&self, params: &tenax_storage::OutboxSettleParams) -> Result<u64> {
+        timed("outbox_settle", self.inner.outbox_settle(params)).await
+    }
+    async fn outbox_list(
+        &self,
+        params: &tenax_storage::OutboxListParams,
+    ) -> Result<Vec<tenax_storage::OutboxRecord>> {
+        timed("outbox_list", self.inner.outbox_list(params)).await
+    }
+    async fn alert_transition(
+        &self,
+        params: &tenax_storage::AlertTransitionParams,
+    ) -> Result<bool> {
+        timed("alert_transition", self.inner.alert_transition(params)).await
+    }
+    async fn outbox_prune(&self, params: &tenax_storage::OutboxPruneParams) -> Result<u64> {
+        timed("outbox_prune", self.inner.outbox_prune(params)).await
+    }
 }

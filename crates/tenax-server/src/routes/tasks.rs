@@ -60,12 +60,46 @@ pub(crate) fn check_command_type(state: &AppState, command_type: &str) -> Result
     ))
 }
 
+/// Refuse a `callback_url` outside the allow-list, and an `http` task naming a target
+/// the deployment does not declare.
+fn check_outbound(state: &AppState, req: &EnqueueRequest) -> Result<(), ApiError> {
+    if let Some(url) = &req.callback_url {
+        let allow = tenax_core::outbound::HostAllowList::new(
+            state.config().callback_allow_hosts.iter().cloned(),
+        );
+        if let Err(refused) = allow.check(url) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "callback_url_refused",
+                format!("callback_url: {refused}"),
+            ));
+        }
+    }
+    let targets = &state.config().http_targets;
+    if req.command_type == "http" && !targets.is_empty() {
+        let target = req.payload.get("target").and_then(|t| t.as_str());
+        if !target.is_some_and(|t| targets.contains(t)) {
+            let shown: String = target.unwrap_or("").chars().take(100).collect();
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_http_target",
+                format!(
+                    "payload.target {shown:?} is not a configured http target (configured: {})",
+                    targets.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Turn a request into insert parameters, checking every field.
 pub(crate) fn insert_params(
     state: &AppState,
     req: EnqueueRequest,
 ) -> Result<TaskInsertParams, ApiError> {
     check_command_type(state, &req.command_type)?;
+    check_outbound(state, &req)?;
     let payload = req.payload.to_string();
     if payload.len() > PAYLOAD_MAX_BYTES {
         return Err(ApiError::new(
@@ -125,6 +159,7 @@ pub(crate) fn insert_params(
         now: None,
         concurrency_key: req.concurrency_key,
         concurrency_limit: u32::try_from(concurrency_limit).unwrap_or(1),
+        callback_url: req.callback_url,
     })
 }
 

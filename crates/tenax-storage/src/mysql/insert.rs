@@ -64,6 +64,7 @@ fn push_row(qb: &mut QueryBuilder<'_, MySql>, (task, workflow): &Row<'_>, now: D
         .push_bind(workflow.as_ref().map(|w| w.0))
         .push_bind(workflow.as_ref().map(|w| w.1.clone()))
         .push_bind(workflow.as_ref().map_or(0, |w| w.2))
+        .push_bind(task.callback_url.clone())
         .push_unseparated(")");
 }
 
@@ -76,7 +77,8 @@ async fn insert_rows(
     let mut qb = QueryBuilder::<MySql>::new(
         "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
              priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
-             concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents)
+             concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents,
+             callback_url)
          VALUES ",
     );
     for (i, task) in tasks.iter().enumerate() {

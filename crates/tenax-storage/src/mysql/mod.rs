@@ -44,6 +44,9 @@ use crate::common::{
     validate_insert,
 };
 use crate::error::{Result, StorageError};
+use crate::outbox::{
+    OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
+};
 use crate::params::*;
 use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
@@ -51,10 +54,12 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod alert_state;
 mod audit;
 mod bulk;
 mod insert;
 mod keys;
+mod outbox;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -192,6 +197,57 @@ impl MySqlStorage {
 
     async fn begin(&self) -> Result<Transaction<'static, MySql>> {
         self.pool.begin().await.map_err(map_err)
+    }
+
+    /// Migration 0010 creates a trigger. With binary logging on, that needs the SUPER
+    /// privilege or `log_bin_trust_function_creators = 1`; refuse before migrating
+    /// (DDL commits as it goes, so a failure inside the migration would leave it half
+    /// applied) with what to set.
+    async fn check_trigger_privilege(&self) -> Result<()> {
+        let row = sqlx::query(
+            "SELECT CAST(@@log_bin AS SIGNED) AS log_bin,
+                    CAST(@@log_bin_trust_function_creators AS SIGNED) AS trust",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let log_bin: i64 = row.try_get("log_bin").map_err(map_err)?;
+        let trust: i64 = row.try_get("trust").map_err(map_err)?;
+        if log_bin == 0 || trust == 1 {
+            return Ok(());
+        }
+        // Already applied: nothing to create.
+        let applied: Option<i64> = sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE version = 10 AND success = TRUE",
+        )
+        .fetch_optional(&self.pool)
+        .await
+        .unwrap_or(None);
+        if applied.is_some() {
+            return Ok(());
+        }
+        let grants = sqlx::query("SHOW GRANTS")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let privileged = grants.iter().any(|row| {
+            row.try_get::<Vec<u8>, _>(0)
+                .map(|g| String::from_utf8_lossy(&g).to_ascii_uppercase())
+                .is_ok_and(|g| {
+                    g.contains("ON *.*") && (g.contains("ALL PRIVILEGES") || g.contains("SUPER"))
+                })
+        });
+        if privileged {
+            return Ok(());
+        }
+        Err(StorageError::Migration(
+            "migration 0010 creates a trigger (the outbox of callbacks and alerts), and with \
+             binary logging on that needs the SUPER privilege or \
+             log_bin_trust_function_creators = 1: run `SET GLOBAL \
+             log_bin_trust_function_creators = 1` (and set it in the server's configuration) \
+             or migrate once as a user with SUPER"
+                .into(),
+        ))
     }
 }
 
@@ -1182,6 +1238,7 @@ impl Storage for MySqlStorage {
     }
 
     async fn migrate(&self) -> Result<()> {
+        self.check_trigger_privilege().await?;
         // sqlx's MySQL migrator holds GET_LOCK while it migrates: nodes starting
         // together migrate once, the others wait and find the work done.
         migrator()
@@ -1448,5 +1505,25 @@ impl Storage for MySqlStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         workflows::parent_results(&mut conn, id).await
+    }
+
+    async fn outbox_claim(&self, params: &OutboxClaimParams) -> Result<Vec<OutboxRecord>> {
+        retrying(|| self.outbox_claim_impl(params)).await
+    }
+
+    async fn outbox_settle(&self, params: &OutboxSettleParams) -> Result<u64> {
+        retrying(|| self.outbox_settle_impl(params)).await
+    }
+
+    async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
+        self.outbox_list_impl(params).await
+    }
+
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        retrying(|| self.alert_transition_impl(params)).await
+    }
+
+    async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
+        self.outbox_prune_impl(params).await
     }
 }

@@ -58,6 +58,7 @@ pub(super) async fn insert_many(
         let mut payload_version = Vec::with_capacity(chunk.len());
         let mut key = Vec::with_capacity(chunk.len());
         let mut key_limit = Vec::with_capacity(chunk.len());
+        let mut callback_url = Vec::with_capacity(chunk.len());
         for task in chunk {
             let (at, delay) = match task.run_at {
                 RunAt::Now => (None, 0),
@@ -76,12 +77,14 @@ pub(super) async fn insert_many(
             payload_version.push(i32::try_from(task.payload_version).unwrap_or(i32::MAX));
             key.push(task.concurrency_key.as_deref());
             key_limit.push(i32::try_from(task.concurrency_limit).unwrap_or(i32::MAX));
+            callback_url.push(task.callback_url.as_deref());
         }
         // Ids follow the order given (ORDER BY the ordinality).
         let rows = sqlx::query(&format!(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
                  max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version,
-                 concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents)
+                 concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents,
+                 callback_url)
              SELECT t.task_no, 'execute', t.command_type, t.payload, t.queue, t.priority,
                     CASE WHEN COALESCE(w.waiting, 0) > 0 THEN 'blocked' ELSE 'pending' END,
                     t.max_attempts,
@@ -89,13 +92,14 @@ pub(super) async fn insert_many(
                              + t.delay_ms * interval '1 millisecond'),
                     t.timeout_ms, COALESCE($1::timestamptz, now()), COALESCE($1::timestamptz, now()),
                     t.payload_version, t.concurrency_key, t.concurrency_limit,
-                    $14::bigint, w.key, COALESCE(w.waiting, 0)
+                    $14::bigint, w.key, COALESCE(w.waiting, 0), t.callback_url
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int2[], $7::int4[],
                          $8::timestamptz[], $9::float8[], $10::int8[], $11::int4[], $12::text[],
-                         $13::int4[])
+                         $13::int4[], $17::text[])
                   WITH ORDINALITY AS t(task_no, command_type, payload, queue, priority,
                                        max_attempts, run_at, delay_ms, timeout_ms,
-                                       payload_version, concurrency_key, concurrency_limit, n)
+                                       payload_version, concurrency_key, concurrency_limit,
+                                       callback_url, n)
              LEFT JOIN UNNEST($15::text[], $16::int4[]) WITH ORDINALITY AS w(key, waiting, n)
                     ON w.n = t.n
              ORDER BY t.n
@@ -118,6 +122,7 @@ pub(super) async fn insert_many(
         .bind(workflow_id)
         .bind(keys)
         .bind(waiting)
+        .bind(&callback_url)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;

@@ -37,6 +37,9 @@ use crate::common::{
     stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
+use crate::outbox::{
+    OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
+};
 use crate::params::*;
 use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
@@ -44,6 +47,7 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver};
 
+mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
@@ -51,6 +55,7 @@ mod bulk;
 mod claim;
 mod insert;
 mod keys;
+mod outbox;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -979,6 +984,26 @@ impl Storage for PgStorage {
             workflows::parent_results(&mut conn, id).await
         })
         .await
+    }
+
+    async fn outbox_claim(&self, params: &OutboxClaimParams) -> Result<Vec<OutboxRecord>> {
+        self.timed(self.outbox_claim_impl(params)).await
+    }
+
+    async fn outbox_settle(&self, params: &OutboxSettleParams) -> Result<u64> {
+        self.timed(self.outbox_settle_impl(params)).await
+    }
+
+    async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
+        self.timed(self.outbox_list_impl(params)).await
+    }
+
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        self.timed(self.alert_transition_impl(params)).await
+    }
+
+    async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
+        self.timed(self.outbox_prune_impl(params)).await
     }
 
     async fn stats(&self) -> Result<Stats> {

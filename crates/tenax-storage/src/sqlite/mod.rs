@@ -30,6 +30,9 @@ use crate::common::{
     sort_in_claim_order, split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
+use crate::outbox::{
+    OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
+};
 use crate::params::*;
 use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
@@ -37,11 +40,13 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
 
+mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod bulk;
 mod insert;
+mod outbox;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -1015,5 +1020,25 @@ impl Storage for SqliteStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         workflows::parent_results(&mut conn, id).await
+    }
+
+    async fn outbox_claim(&self, params: &OutboxClaimParams) -> Result<Vec<OutboxRecord>> {
+        self.outbox_claim_impl(params).await
+    }
+
+    async fn outbox_settle(&self, params: &OutboxSettleParams) -> Result<u64> {
+        self.outbox_settle_impl(params).await
+    }
+
+    async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
+        self.outbox_list_impl(params).await
+    }
+
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        self.alert_transition_impl(params).await
+    }
+
+    async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
+        self.outbox_prune_impl(params).await
     }
 }

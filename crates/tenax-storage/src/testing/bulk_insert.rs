@@ -23,6 +23,7 @@ pub fn numbered(no: &str, i: usize) -> TaskInsertParams {
         now: None,
         concurrency_key: None,
         concurrency_limit: 1,
+        callback_url: None,
     }
 }
 

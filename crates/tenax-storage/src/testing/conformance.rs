@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use tenax_core::state::is_legal;
 use tenax_core::{AttemptOutcome, CompensationState, TaskId, TaskKind, TaskNo, TaskStatus};
 
+pub use super::alert_state::*;
 pub use super::bulk::*;
 pub use super::bulk_insert::{
     a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
@@ -18,6 +19,7 @@ pub use super::bulk_insert::{
 pub use super::claims::*;
 pub use super::keys::*;
 pub use super::observability::*;
+pub use super::outbox::*;
 pub use super::queues::*;
 pub use super::rates::*;
 pub use super::runtime::*;

@@ -217,4 +217,25 @@ impl Storage for FaultyStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<crate::ParentOutcome>> {
         self.inner.task_parent_results(id).await
     }
+    async fn outbox_claim(
+        &self,
+        params: &crate::OutboxClaimParams,
+    ) -> Result<Vec<crate::OutboxRecord>> {
+        self.inner.outbox_claim(params).await
+    }
+    async fn outbox_settle(&self, params: &crate::OutboxSettleParams) -> Result<u64> {
+        self.inner.outbox_settle(params).await
+    }
+    async fn outbox_list(
+        &self,
+        params: &crate::OutboxListParams,
+    ) -> Result<Vec<crate::OutboxRecord>> {
+        self.inner.outbox_list(params).await
+    }
+    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
+        self.inner.alert_transition(params).await
+    }
+    async fn outbox_prune(&self, params: &crate::OutboxPruneParams) -> Result<u64> {
+        self.inner.outbox_prune(params).await
+    }
 }

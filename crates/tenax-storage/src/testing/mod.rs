@@ -15,6 +15,7 @@ use tenax_core::{Priority, TaskNo, TaskRecord};
 
 use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 
+mod alert_state;
 mod bulk;
 pub mod bulk_insert;
 mod claims;
@@ -22,6 +23,7 @@ pub mod conformance;
 mod faults;
 mod keys;
 mod observability;
+mod outbox;
 mod queues;
 mod rates;
 pub mod runtime;
@@ -174,6 +176,7 @@ pub struct TaskOpts {
     pub now: Option<DateTime<Utc>>,
     pub concurrency_key: Option<String>,
     pub concurrency_limit: u32,
+    pub callback_url: Option<String>,
 }
 
 impl TaskOpts {
@@ -198,6 +201,7 @@ impl TaskOpts {
             now: self.now,
             concurrency_key: self.concurrency_key.clone(),
             concurrency_limit: self.concurrency_limit,
+            callback_url: self.callback_url.clone(),
         }
     }
 }
@@ -216,6 +220,7 @@ impl Default for TaskOpts {
             now: None,
             concurrency_key: None,
             concurrency_limit: 1,
+            callback_url: None,
         }
     }
 }
@@ -306,6 +311,11 @@ macro_rules! conformance_tests {
                 cycles_and_unknown_references_are_refused_and_insert_nothing,
                 a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
                 bulk_cancel_of_a_workflow_task_cancels_its_dependents,
+                a_final_outcome_writes_its_outbox_rows_in_the_same_transaction,
+                outbox_claims_are_settled_only_under_their_own_attempt,
+                an_outbox_retry_past_its_maximum_age_expires,
+                concurrent_outbox_claimers_take_each_row_once,
+                an_alert_changes_state_once_per_transition,
             );
         }
     };

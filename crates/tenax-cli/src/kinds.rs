@@ -1,0 +1,171 @@
+//! The built-in kinds that need no Rust code (`http`, `exec`) and outbound delivery
+//! (completion callbacks, death alerts), as `tenax.toml` configures them for
+//! `tenax worker` and `tenax serve`.
+use std::sync::Arc;
+
+use tenax::Registry;
+use tenax_kinds::alerts::{BacklogAlerter, DeathAlerter};
+use tenax_kinds::callbacks::CallbackSender;
+use tenax_kinds::exec::ExecKind;
+use tenax_kinds::http::HttpKind;
+use tenax_kinds::{AlertsConfig, CallbacksConfig, ExecConfig, HttpConfig};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::FileConfig;
+
+/// The environment variable that overrides `[callbacks] secret`.
+pub(crate) const CALLBACKS_SECRET_ENV: &str = "TENAX_CALLBACKS_SECRET";
+
+/// The kinds and senders of one process, validated.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Kinds {
+    pub(crate) http: HttpConfig,
+    pub(crate) exec: ExecConfig,
+    pub(crate) callbacks: CallbacksConfig,
+    pub(crate) alerts: AlertsConfig,
+}
+
+impl Kinds {
+    /// From the file, with the environment's secret; every table validated.
+    pub(crate) fn from_file(file: &FileConfig) -> anyhow::Result<Self> {
+        let mut callbacks = file.callbacks.clone().unwrap_or_default();
+        if let Ok(secret) = std::env::var(CALLBACKS_SECRET_ENV) {
+            if !secret.is_empty() {
+                callbacks.secret = Some(secret);
+            }
+        }
+        let kinds = Self {
+            http: file.http.clone().unwrap_or_default(),
+            exec: file.exec.clone().unwrap_or_default(),
+            callbacks,
+            alerts: file.alerts.clone().unwrap_or_default(),
+        };
+        kinds.http.validate()?;
+        kinds.exec.validate()?;
+        kinds.callbacks.validate()?;
+        kinds.alerts.validate()?;
+        Ok(kinds)
+    }
+
+    /// The kinds configured: `http` with targets, `exec` with an allow-list.
+    pub(crate) fn command_types(&self) -> Vec<&'static str> {
+        let mut types = Vec::new();
+        if !self.http.targets.is_empty() {
+            types.push(tenax_kinds::http::TYPE);
+        }
+        if !self.exec.allow.is_empty() {
+            types.push(tenax_kinds::exec::TYPE);
+        }
+        types
+    }
+
+    /// Register the configured kinds.
+    pub(crate) fn register(&self, registry: &mut Registry) -> anyhow::Result<()> {
+        if !self.http.targets.is_empty() {
+            registry.register(HttpKind::new(self.http.clone())?)?;
+        }
+        if !self.exec.allow.is_empty() {
+            registry.register(ExecKind::new(self.exec.clone())?)?;
+        }
+        Ok(())
+    }
+
+    /// Start the configured senders, and the outbox pruner where the task pruner runs;
+    /// they stop when `shutdown` is cancelled.
+    pub(crate) fn spawn_senders(
+        &self,
+        storage: &Arc<dyn tenax::storage::Storage>,
+        worker: &tenax::WorkerConfig,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let mut senders = Vec::new();
+        if worker.pruner {
+            senders.push(tokio::spawn(tenax_kinds::outbox_prune_loop(
+                storage.clone(),
+                worker.retention,
+                worker.pruner_interval,
+                shutdown.clone(),
+            )));
+        }
+        if self.callbacks.enabled() {
+            let sender = CallbackSender::new(storage.clone(), self.callbacks.clone())?;
+            senders.push(tokio::spawn(sender.run(shutdown.clone())));
+            tracing::info!(hosts = ?self.callbacks.allow_hosts, "delivering completion callbacks");
+        }
+        if let Some(alerter) = DeathAlerter::new(storage.clone(), self.alerts.clone(), None)? {
+            senders.push(tokio::spawn(alerter.run(shutdown.clone())));
+            tracing::info!("sending death alerts");
+        }
+        if let Some(alerter) = BacklogAlerter::new(storage.clone(), self.alerts.clone())? {
+            senders.push(tokio::spawn(alerter.run(shutdown.clone())));
+            tracing::info!(queues = ?self.alerts.queues.keys().collect::<Vec<_>>(), "checking queue thresholds");
+        }
+        Ok(senders)
+    }
+}
+
+/// The `[http]`, `[exec]`, `[callbacks]` and `[alerts]` keys, for the configuration
+/// reference.
+pub(crate) fn reference() -> Vec<crate::config::Key> {
+    let h = HttpConfig::default();
+    let c = CallbacksConfig::default();
+    let a = AlertsConfig::default();
+    let secs = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    let key = |key, env, default: String, doc| crate::config::Key {
+        key,
+        env,
+        flag: "",
+        default,
+        doc,
+    };
+    vec![
+        key("http.targets.<name>.base_url", "", "none".into(),
+            "Scheme, host, port and path prefix of a target of the `http` kind; a task names the target and may only append a `path` (no `..`, `//`, `@`, scheme). With targets, `http` is registered and accepted by the API, which refuses unknown targets (422)."),
+        key("http.targets.<name>.method", "", "POST".into(), "GET, POST, PUT, PATCH or DELETE."),
+        key("http.targets.<name>.headers", "", "none".into(),
+            "Headers sent on every request to the target (a task cannot replace them)."),
+        key("http.targets.<name>.timeout", "", "30s".into(), "Longest one request may take."),
+        key("http.targets.<name>.compensate", "", "none".into(),
+            "`{ path, method }`: the request that undoes a dead task's call, with the same body and `Idempotency-Key`."),
+        key("http.max_response", "", h.max_response.to_string(),
+            "Largest response body kept as the task's result, in bytes."),
+        key("http.backoff_base", "", secs(h.backoff_base),
+            "First retry delay of a failed call (doubling, full jitter); a `Retry-After` replaces it."),
+        key("http.backoff_cap", "", secs(h.backoff_cap), "Longest retry delay of a failed call."),
+        key("exec.allow.<name>", "", "none".into(),
+            "Absolute path of a program the `exec` kind may run under this name. Without any, `exec` is not registered."),
+        key("exec.permanent_exit_codes", "", "[]".into(),
+            "Exit codes that end the task at once (dead); other non-zero codes are retried."),
+        key("exec.timeout", "", secs(ExecConfig::TIMEOUT_DEFAULT),
+            "Longest a run may take; then it is killed and the attempt retried."),
+        key("exec.max_output", "", ExecConfig::MAX_OUTPUT_DEFAULT.to_string(),
+            "Bytes of standard output and of standard error kept each."),
+        key("exec.working_dir", "", "the temporary directory".into(), "Working directory of every run."),
+        key("exec.backoff_base", "", "1s".into(), "First retry delay of a failed run."),
+        key("exec.backoff_cap", "", "10m".into(), "Longest retry delay of a failed run."),
+        key("callbacks.allow_hosts", "", "[]".into(),
+            "Hosts a task's `callback_url` may name (`hooks.example.com`, `host:port`, `*.example.com`). Empty: callbacks are off and the API refuses `callback_url` (422)."),
+        key("callbacks.secret", CALLBACKS_SECRET_ENV, "none".into(),
+            "HMAC-SHA256 key of the `Tenax-Signature` header (at least 16 bytes; required with hosts)."),
+        key("callbacks.timeout", "", secs(c.timeout), "Longest one delivery attempt may take."),
+        key("callbacks.max_age", "", secs(c.max_age), "A callback not acknowledged within this is dropped (expired)."),
+        key("callbacks.backoff_base", "", secs(c.backoff_base), "First retry delay (doubling, with jitter); a receiver's `Retry-After` can lengthen it."),
+        key("callbacks.backoff_cap", "", secs(c.backoff_cap), "Longest retry delay."),
+        key("callbacks.poll_interval", "", secs(c.poll_interval), "Time between looks for due callbacks when idle."),
+        key("alerts.webhook_url", "", "none".into(),
+            "Where death alerts are POSTed (Slack-style `{\"text\": ...}`). Without it, none is sent."),
+        key("alerts.death_window", "", secs(a.death_window), "How long deaths gather before a message, so a storm makes few messages."),
+        key("alerts.death_listed", "", a.death_listed.to_string(), "Deaths named one by one per message; the rest are counted by command type."),
+        key("alerts.timeout", "", secs(a.timeout), "Longest one alert attempt may take."),
+        key("alerts.max_age", "", secs(a.max_age), "An alert not acknowledged within this is dropped."),
+        key("alerts.backoff_base", "", secs(a.backoff_base), "First retry delay of a failed alert."),
+        key("alerts.backoff_cap", "", secs(a.backoff_cap), "Longest retry delay of a failed alert."),
+        key("alerts.poll_interval", "", secs(a.poll_interval), "Time between looks for deaths when idle."),
+        key("alerts.queues.<name>.max_backlog", "", "none".into(),
+            "Alert when more tasks than this are due and unclaimed in the queue, and again when it is back under (once across nodes)."),
+        key("alerts.queues.<name>.max_oldest_age", "", "none".into(),
+            "Alert when the queue's oldest due task has waited longer than this, and again when it is back under."),
+        key("alerts.check_interval", "", secs(a.check_interval), "Time between two checks of the queue thresholds."),
+    ]
+}

@@ -1,0 +1,438 @@
+//! The configuration of the built-in kinds and of outbound delivery, as written in
+//! `tenax.toml`: `[http.targets.<name>]`, `[exec]`, `[callbacks]` and `[alerts]`.
+//! Durations are written as text (`250ms`, `30s`, `5m`, `1day`).
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// A configuration value that cannot work, with the key at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct ConfigError {
+    /// The key, as written in `tenax.toml`.
+    pub key: String,
+    /// What is wrong and what to do.
+    pub reason: String,
+}
+
+pub(crate) fn config_err(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_duration<'de, D: Deserializer<'de>>(text: &str) -> Result<Duration, D::Error> {
+    humantime::parse_duration(text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "{text:?} is not a duration ({e}; examples: 250ms, 30s, 5m)"
+        ))
+    })
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration::<D>(&text)
+}
+
+pub(crate) fn duration_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration_map(deserializer)
+}
+
+fn duration_map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    Option::<String>::deserialize(deserializer)?
+        .map(|t| parse_duration::<D>(&t))
+        .transpose()
+}
+
+/// `[http]`: the endpoints tasks of the `http` kind may call, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// `[http.targets.<name>]`.
+    #[serde(default)]
+    pub targets: BTreeMap<String, HttpTarget>,
+    /// Largest response body kept as the task's result, in bytes (the rest is cut).
+    /// Default 64 KiB.
+    #[serde(default = "HttpConfig::max_response_default")]
+    pub max_response: usize,
+    /// First retry delay of a failed call, doubling per attempt (full jitter). A
+    /// `Retry-After` from the target replaces it. Default 1s.
+    #[serde(default = "one_second", deserialize_with = "duration")]
+    pub backoff_base: Duration,
+    /// Longest retry delay. Default 10m.
+    #[serde(default = "ten_minutes", deserialize_with = "duration")]
+    pub backoff_cap: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            targets: BTreeMap::new(),
+            max_response: Self::max_response_default(),
+            backoff_base: one_second(),
+            backoff_cap: ten_minutes(),
+        }
+    }
+}
+
+impl HttpConfig {
+    fn max_response_default() -> usize {
+        64 * 1024
+    }
+
+    /// Check every target.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_response == 0 || self.max_response > 16 * 1024 * 1024 {
+            return Err(config_err("http.max_response", "use 1 byte to 16 MiB"));
+        }
+        if self.backoff_base.is_zero() || self.backoff_cap < self.backoff_base {
+            return Err(config_err(
+                "http.backoff_cap",
+                "backoff_base must be above zero and backoff_cap at least backoff_base",
+            ));
+        }
+        for (name, target) in &self.targets {
+            let key = format!("http.targets.{name}");
+            tenax_core::validate_command_type(name)
+                .map_err(|e| config_err(&key, format!("invalid target name: {e}")))?;
+            tenax_core::outbound::url_origin(&target.base_url)
+                .map_err(|e| config_err(format!("{key}.base_url"), e.to_string()))?;
+            if target.base_url.contains(['?', '#']) {
+                return Err(config_err(
+                    format!("{key}.base_url"),
+                    "no query or fragment in a base URL",
+                ));
+            }
+            crate::http::method(&target.method)
+                .map_err(|e| config_err(format!("{key}.method"), e))?;
+            for (header, value) in &target.headers {
+                crate::http::header_pair(header, value)
+                    .map_err(|e| config_err(format!("{key}.headers.{header}"), e))?;
+            }
+            if target.timeout.is_zero() || target.timeout > Duration::from_secs(3600) {
+                return Err(config_err(format!("{key}.timeout"), "use 1ms to 1h"));
+            }
+            if let Some(c) = &target.compensate {
+                crate::http::check_path(&c.path)
+                    .map_err(|e| config_err(format!("{key}.compensate.path"), e))?;
+                crate::http::method(&c.method)
+                    .map_err(|e| config_err(format!("{key}.compensate.method"), e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One named endpoint of the `http` kind.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpTarget {
+    /// Scheme, host, port and path prefix (`https://payments.internal/api`). A task's
+    /// `path` is appended to it and can never change its scheme or host.
+    pub base_url: String,
+    /// Method. Default `POST`.
+    #[serde(default = "post")]
+    pub method: String,
+    /// Headers sent on every request (for example an `Authorization`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Longest a request may take. Default 30s.
+    #[serde(default = "thirty_seconds", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// The request that undoes a dead task's call, sent with the same body and
+    /// `Idempotency-Key`. Without it a dead `http` task has no compensation.
+    pub compensate: Option<HttpCompensate>,
+}
+
+/// `[http.targets.<name>.compensate]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCompensate {
+    /// Path appended to the target's base URL.
+    pub path: String,
+    /// Method. Default `POST`.
+    #[serde(default = "post")]
+    pub method: String,
+}
+
+fn post() -> String {
+    "POST".to_owned()
+}
+
+fn thirty_seconds() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// `[exec]`: the programs tasks of the `exec` kind may run. Without `allow` the kind
+/// is not registered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecConfig {
+    /// Program names tasks use, each with the absolute path it runs.
+    #[serde(default)]
+    pub allow: BTreeMap<String, PathBuf>,
+    /// Exit codes that mean the task cannot succeed (it dies at once); any other
+    /// non-zero code is retried.
+    #[serde(default)]
+    pub permanent_exit_codes: Vec<i32>,
+    /// Longest a run may take; then it is killed and the attempt retried. Default 60s.
+    #[serde(default, deserialize_with = "duration_map")]
+    pub timeout: Option<Duration>,
+    /// Most bytes of standard output and of standard error kept each. Default 64 KiB.
+    pub max_output: Option<usize>,
+    /// The working directory of every run. Default: the temporary directory.
+    pub working_dir: Option<PathBuf>,
+    /// First retry delay of a failed run, doubling per attempt (full jitter).
+    /// Default 1s.
+    #[serde(default, deserialize_with = "duration_map")]
+    pub backoff_base: Option<Duration>,
+    /// Longest retry delay. Default 10m.
+    #[serde(default, deserialize_with = "duration_map")]
+    pub backoff_cap: Option<Duration>,
+}
+
+impl ExecConfig {
+    /// Default for [`timeout`](Self::timeout).
+    pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+    /// Default for [`max_output`](Self::max_output).
+    pub const MAX_OUTPUT_DEFAULT: usize = 64 * 1024;
+
+    /// Check the allow-list and bounds.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, path) in &self.allow {
+            tenax_core::validate_command_type(name)
+                .map_err(|e| config_err("exec.allow", format!("{name:?}: {e}")))?;
+            if !path.is_absolute() {
+                return Err(config_err(
+                    format!("exec.allow.{name}"),
+                    format!("{} is not an absolute path", path.display()),
+                ));
+            }
+        }
+        let timeout = self.timeout.unwrap_or(Self::TIMEOUT_DEFAULT);
+        if timeout.is_zero() || timeout > Duration::from_secs(24 * 3600) {
+            return Err(config_err("exec.timeout", "use 1ms to 24h"));
+        }
+        let base = self.backoff_base.unwrap_or(Duration::from_secs(1));
+        if base.is_zero() || self.backoff_cap.is_some_and(|cap| cap < base) {
+            return Err(config_err(
+                "exec.backoff_cap",
+                "backoff_base must be above zero and backoff_cap at least backoff_base",
+            ));
+        }
+        let max = self.max_output.unwrap_or(Self::MAX_OUTPUT_DEFAULT);
+        if max == 0 || max > 16 * 1024 * 1024 {
+            return Err(config_err("exec.max_output", "use 1 byte to 16 MiB"));
+        }
+        Ok(())
+    }
+}
+
+/// `[callbacks]`: completion callbacks to the `callback_url` a task carries.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbacksConfig {
+    /// Hosts a `callback_url` may name: `hooks.example.com`, `hooks.example.com:8443`
+    /// or `*.example.com`. Empty: tasks cannot carry callbacks.
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// The HMAC-SHA256 key deliveries are signed with (at least 16 bytes). The
+    /// environment variable `TENAX_CALLBACKS_SECRET` overrides it.
+    pub secret: Option<String>,
+    /// Longest one delivery attempt may take. Default 10s.
+    #[serde(default = "ten_seconds", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// How long a callback is retried before it expires. Default 1 day.
+    #[serde(default = "one_day", deserialize_with = "duration")]
+    pub max_age: Duration,
+    /// First retry delay, doubling per attempt (with jitter). Default 1s.
+    #[serde(default = "one_second", deserialize_with = "duration")]
+    pub backoff_base: Duration,
+    /// Longest retry delay. Default 10m.
+    #[serde(default = "ten_minutes", deserialize_with = "duration")]
+    pub backoff_cap: Duration,
+    /// Time between two looks for due deliveries when idle. Default 1s.
+    #[serde(default = "one_second", deserialize_with = "duration")]
+    pub poll_interval: Duration,
+}
+
+impl Default for CallbacksConfig {
+    fn default() -> Self {
+        Self {
+            allow_hosts: Vec::new(),
+            secret: None,
+            timeout: ten_seconds(),
+            max_age: one_day(),
+            backoff_base: one_second(),
+            backoff_cap: ten_minutes(),
+            poll_interval: one_second(),
+        }
+    }
+}
+
+impl CallbacksConfig {
+    /// Whether callbacks are on (some host is allowed).
+    pub fn enabled(&self) -> bool {
+        !self.allow_hosts.is_empty()
+    }
+
+    /// Check the settings: with hosts allowed, a secret is required.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        match &self.secret {
+            Some(secret) if secret.len() >= 16 => {}
+            _ => {
+                return Err(config_err(
+                    "callbacks.secret",
+                    "callbacks are signed: set a secret of at least 16 bytes (or TENAX_CALLBACKS_SECRET)",
+                ))
+            }
+        }
+        check_delivery_timing(
+            "callbacks",
+            self.timeout,
+            self.backoff_base,
+            self.backoff_cap,
+            self.poll_interval,
+        )
+    }
+}
+
+pub(crate) fn check_delivery_timing(
+    table: &str,
+    timeout: Duration,
+    base: Duration,
+    cap: Duration,
+    poll: Duration,
+) -> Result<(), ConfigError> {
+    if timeout.is_zero() || timeout > Duration::from_secs(300) {
+        return Err(config_err(format!("{table}.timeout"), "use 1ms to 5m"));
+    }
+    if base.is_zero() || cap < base {
+        return Err(config_err(
+            format!("{table}.backoff_cap"),
+            "backoff_base must be above zero and backoff_cap at least backoff_base",
+        ));
+    }
+    if poll < Duration::from_millis(10) || poll > Duration::from_secs(3600) {
+        return Err(config_err(
+            format!("{table}.poll_interval"),
+            "use 10ms to 1h",
+        ));
+    }
+    Ok(())
+}
+
+/// `[alerts]`: a webhook (Slack-style incoming-webhook JSON) told when tasks die and
+/// when a queue's backlog or oldest due age passes its threshold.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Where alerts are POSTed. Without it, no alert is sent.
+    pub webhook_url: Option<String>,
+    /// How long deaths gather before a message is sent, so that a storm of deaths is
+    /// summarised in a few messages. Default 5s.
+    #[serde(default = "five_seconds", deserialize_with = "duration")]
+    pub death_window: Duration,
+    /// Deaths named one by one in a message; the rest are counted by command type.
+    /// Default 10.
+    #[serde(default = "ten")]
+    pub death_listed: usize,
+    /// Longest one delivery attempt may take. Default 10s.
+    #[serde(default = "ten_seconds", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// How long an alert is retried before it is dropped. Default 1 day.
+    #[serde(default = "one_day", deserialize_with = "duration")]
+    pub max_age: Duration,
+    /// First retry delay, doubling per attempt (with jitter). Default 1s.
+    #[serde(default = "one_second", deserialize_with = "duration")]
+    pub backoff_base: Duration,
+    /// Longest retry delay. Default 5m.
+    #[serde(default = "five_minutes", deserialize_with = "duration")]
+    pub backoff_cap: Duration,
+    /// Time between two looks for deaths when idle. Default 1s.
+    #[serde(default = "one_second", deserialize_with = "duration")]
+    pub poll_interval: Duration,
+    /// `[alerts.queues.<name>]`: backlog and oldest-age thresholds per queue.
+    #[serde(default)]
+    pub queues: BTreeMap<String, crate::alerts::QueueThresholds>,
+    /// Time between two checks of the thresholds. Default 30s.
+    #[serde(default = "thirty_seconds", deserialize_with = "duration")]
+    pub check_interval: Duration,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            webhook_url: None,
+            death_window: five_seconds(),
+            death_listed: ten(),
+            timeout: ten_seconds(),
+            max_age: one_day(),
+            backoff_base: one_second(),
+            backoff_cap: five_minutes(),
+            poll_interval: one_second(),
+            queues: BTreeMap::new(),
+            check_interval: thirty_seconds(),
+        }
+    }
+}
+
+impl AlertsConfig {
+    /// Check the settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.webhook_url {
+            tenax_core::outbound::url_origin(url)
+                .map_err(|e| config_err("alerts.webhook_url", e.to_string()))?;
+        }
+        if self.death_window > Duration::from_secs(3600) {
+            return Err(config_err("alerts.death_window", "use 0 to 1h"));
+        }
+        for queue in self.queues.keys() {
+            tenax_core::QueueName::new(queue.clone())
+                .map_err(|e| config_err(format!("alerts.queues.{queue}"), e.to_string()))?;
+        }
+        if self.check_interval < Duration::from_millis(10) {
+            return Err(config_err("alerts.check_interval", "at least 10ms"));
+        }
+        if self.death_listed == 0 || self.death_listed > 100 {
+            return Err(config_err("alerts.death_listed", "use 1 to 100"));
+        }
+        check_delivery_timing(
+            "alerts",
+            self.timeout,
+            self.backoff_base,
+            self.backoff_cap,
+            self.poll_interval,
+        )
+    }
+}
+
+fn ten() -> usize {
+    10
+}
+fn one_second() -> Duration {
+    Duration::from_secs(1)
+}
+fn five_seconds() -> Duration {
+    Duration::from_secs(5)
+}
+fn ten_seconds() -> Duration {
+    Duration::from_secs(10)
+}
+fn five_minutes() -> Duration {
+    Duration::from_secs(300)
+}
+fn ten_minutes() -> Duration {
+    Duration::from_secs(600)
+}
+fn one_day() -> Duration {
+    Duration::from_secs(24 * 3600)
+}

@@ -1,0 +1,161 @@
+//! What callbacks and alerts share: the HTTP client, the retry delay, and one signed
+//! POST with its outcome.
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::StatusCode;
+
+use crate::sign;
+
+/// An HTTP client for outbound requests: no redirects followed (a redirect could lead
+/// anywhere), rustls with the ring provider, the given overall timeout.
+pub fn client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    install_tls_provider();
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("tenax/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Make rustls with the ring provider the process's TLS provider, unless one is
+/// installed already. reqwest is built without a provider of its own (so the build
+/// needs no second crypto library), so a process must call this before any HTTP client
+/// is built, including the ones other libraries build (the OTLP exporter's).
+pub fn install_tls_provider() {
+    // Installing twice is harmless: the first provider stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The delay before attempt `attempts + 1`: `base * 2^(attempts-1)`, capped, with
+/// equal jitter (between half of it and all of it).
+pub(crate) fn backoff(attempts: u32, base: Duration, cap: Duration) -> Duration {
+    let exp = attempts.saturating_sub(1).min(30);
+    let ceiling = base.saturating_mul(1u32 << exp).min(cap);
+    let half = ceiling / 2;
+    let jitter = rand::rng().random_range(0..=half.as_millis().min(u128::from(u64::MAX)) as u64);
+    half + Duration::from_millis(jitter)
+}
+
+/// A `Retry-After` header as a delay: seconds, or an HTTP date.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let delta = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(delta.to_std().unwrap_or(Duration::ZERO))
+}
+
+/// Count settled outbox rows in `tenax_deliveries_total` (listed in the catalogue
+/// `tenax_runtime::metrics::METRICS`).
+pub(crate) fn count(
+    kind: tenax_storage::OutboxKind,
+    outcome: &tenax_storage::OutboxOutcome,
+    rows: u64,
+) {
+    let outcome = match outcome {
+        tenax_storage::OutboxOutcome::Delivered => "delivered",
+        tenax_storage::OutboxOutcome::Retry { .. } => "retried",
+        tenax_storage::OutboxOutcome::Expire { .. } => "expired",
+    };
+    metrics::counter!("tenax_deliveries_total", "kind" => kind.as_str(), "outcome" => outcome)
+        .increment(rows);
+}
+
+/// How one POST ended.
+pub(crate) enum Posted {
+    /// 2xx.
+    Acknowledged,
+    /// Anything else: the error, and the receiver's `Retry-After` if it sent one.
+    Failed(String, Option<Duration>),
+}
+
+/// POST `body` to `url`, signed when a secret is given, under `delivery_id`.
+pub(crate) async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    body: &str,
+    delivery_id: &str,
+    secret: Option<&[u8]>,
+) -> Posted {
+    let timestamp = chrono::Utc::now().timestamp();
+    let mut request = client
+        .post(url)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(sign::DELIVERY_ID_HEADER, delivery_id)
+        .header(sign::TIMESTAMP_HEADER, timestamp.to_string());
+    if let Some(secret) = secret {
+        request = request.header(
+            sign::SIGNATURE_HEADER,
+            sign::signature(secret, timestamp, body.as_bytes()),
+        );
+    }
+    match request.body(body.to_owned()).send().await {
+        Ok(response) if response.status().is_success() => Posted::Acknowledged,
+        Ok(response) => {
+            let status = response.status();
+            let after = if status == StatusCode::TOO_MANY_REQUESTS
+                || status == StatusCode::SERVICE_UNAVAILABLE
+            {
+                retry_after(response.headers())
+            } else {
+                None
+            };
+            Posted::Failed(format!("HTTP {status}"), after)
+        }
+        Err(e) => Posted::Failed(error_chain(&e), None),
+    }
+}
+
+/// An error and its causes, on one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        let base = Duration::from_secs(1);
+        let cap = Duration::from_secs(60);
+        for _ in 0..100 {
+            let first = backoff(1, base, cap);
+            assert!(
+                first >= Duration::from_millis(500) && first <= base,
+                "{first:?}"
+            );
+            let fourth = backoff(4, base, cap);
+            assert!(fourth >= Duration::from_secs(4) && fourth <= Duration::from_secs(8));
+            let late = backoff(40, base, cap);
+            assert!(late >= Duration::from_secs(30) && late <= cap, "{late:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&headers), None);
+    }
+}

@@ -1,0 +1,52 @@
+//! Built-in Tenax command kinds that need no Rust code, and reliable outbound delivery.
+//!
+//! - [`http::HttpKind`] (`http`): calls an endpoint declared by name in the
+//!   configuration; a task names the target and carries the body, never a URL.
+//! - [`exec::ExecKind`] (`exec`): runs an allow-listed program with an argument
+//!   array, never through a shell.
+//! - [`callbacks::CallbackSender`]: POSTs a task's final outcome to its
+//!   `callback_url`, signed ([`sign`]), from the outbox the database fills in the
+//!   transaction that finishes the task.
+//! - [`alerts::DeathAlerter`]: tells a webhook about dead tasks, every death in
+//!   exactly one message, a storm summarised.
+#![forbid(unsafe_code)]
+
+pub mod alerts;
+pub mod callbacks;
+pub mod config;
+mod deliver;
+pub mod exec;
+pub mod http;
+pub mod sign;
+
+pub use config::{
+    AlertsConfig, CallbacksConfig, ConfigError, ExecConfig, HttpCompensate, HttpConfig, HttpTarget,
+};
+pub use deliver::{client, install_tls_provider};
+
+/// Delete settled outbox rows older than `retention`, and pending ones no sender took
+/// within it, every `interval` until `shutdown` (run it next to the task pruner).
+pub async fn outbox_prune_loop(
+    storage: std::sync::Arc<dyn tenax_storage::Storage>,
+    retention: std::time::Duration,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let pruned = storage
+            .outbox_prune(&tenax_storage::OutboxPruneParams {
+                older_than: retention,
+                now: None,
+            })
+            .await;
+        match pruned {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, "pruned the outbox"),
+            Err(e) => tracing::warn!(error = %e, "pruning the outbox failed; retrying"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
