@@ -277,6 +277,10 @@ pub trait Storage: Send + Sync + 'static {
     /// The parents of a task in its workflow, with their results (empty for a task
     /// without parents).
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>>;
+
+    /// The workflow a task belongs to: `None` for a task enqueued on its own (a
+    /// compensation task belongs to no workflow) and for an unknown id.
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

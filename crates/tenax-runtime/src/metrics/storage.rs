@@ -196,4 +196,8 @@ impl Storage for InstrumentedStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<tenax_storage::ParentOutcome>> {
         timed("task_parent_results", self.inner.task_parent_results(id)).await
     }
+
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<tenax_storage::WorkflowId>> {
+        timed("task_workflow", self.inner.task_workflow(id)).await
+    }
 }

@@ -1449,4 +1449,9 @@ impl Storage for MySqlStorage {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         workflows::parent_results(&mut conn, id).await
     }
+
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::task_workflow(&mut conn, id).await
+    }
 }

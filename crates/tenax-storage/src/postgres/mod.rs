@@ -981,6 +981,14 @@ impl Storage for PgStorage {
         .await
     }
 
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>> {
+        self.timed(async {
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            workflows::task_workflow(&mut conn, id).await
+        })
+        .await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         self.timed(async {
             let rows = sqlx::query(

@@ -217,4 +217,7 @@ impl Storage for FaultyStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<crate::ParentOutcome>> {
         self.inner.task_parent_results(id).await
     }
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<crate::WorkflowId>> {
+        self.inner.task_workflow(id).await
+    }
 }

@@ -300,6 +300,7 @@ macro_rules! conformance_tests {
                 an_invalid_task_in_a_bulk_insert_inserts_nothing,
                 concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
                 a_child_waits_blocked_until_all_its_parents_succeeded,
+                a_task_names_its_workflow,
                 fan_out_and_fan_in_with_a_thousand_children_stay_efficient,
                 a_dead_or_cancelled_parent_cancels_its_dependents_transitively,
                 with_run_anyway_dependents_run_once_every_parent_finished,
