@@ -1021,4 +1021,21 @@ impl Storage for SqliteStorage {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         workflows::task_workflow(&mut conn, id).await
     }
+
+    async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
+        // The status list repeats the finished-task index's condition, so SQLite uses it.
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS} FROM tenax_tasks
+             WHERE status IN ('succeeded', 'dead', 'cancelled') AND status <> 'cancelled'
+               AND finished_at >= ?
+             ORDER BY finished_at DESC
+             LIMIT ?"
+        ))
+        .bind(params.since.timestamp_millis())
+        .bind(i64::from(params.limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(task_from_row).collect()
+    }
 }

@@ -220,4 +220,10 @@ impl Storage for FaultyStorage {
     async fn task_workflow(&self, id: TaskId) -> Result<Option<crate::WorkflowId>> {
         self.inner.task_workflow(id).await
     }
+    async fn task_list_finished(
+        &self,
+        params: &crate::TaskListFinishedParams,
+    ) -> Result<Vec<TaskRecord>> {
+        self.inner.task_list_finished(params).await
+    }
 }

@@ -282,6 +282,7 @@ macro_rules! conformance_tests {
                 invalid_concurrency_keys_are_refused_and_change_nothing,
                 concurrent_claimers_never_exceed_a_key_limit,
                 queue_stats_count_backlog_and_oldest_age_per_queue,
+                finished_tasks_are_listed_latest_first_since_an_instant,
                 a_rate_limit_starts_a_burst_then_refills_by_elapsed_time,
                 a_rate_limited_task_is_not_claimed_and_spends_no_attempt,
                 a_rate_limited_type_does_not_block_other_types,
