@@ -20,7 +20,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Deserialize;
-use tenax::storage::{AuditListParams, QueueStatsParams, TaskListParams, TaskRef};
+use tenax::storage::{
+    AuditListParams, QueueStatsParams, TaskListFinishedParams, TaskListParams, TaskRef,
+};
 use tenax::{TaskId, TaskNo, TaskRecord, TaskStatus};
 
 use crate::auth::Caller;
@@ -39,8 +41,8 @@ mod pages;
 /// style, no frames, no forms posting anywhere, no `<base>`.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// Finished tasks of each final status the overview reads to draw the last hour.
-const RECENT_MAX: u32 = 1000;
+/// Most tasks finished in the last hour that the overview reads (the latest ones).
+const RECENT_MAX: u32 = 2000;
 /// Tasks in one page of the task list, and in each section of the dead-task page.
 const PAGE: u32 = 50;
 /// Entries of the audit trail shown.
@@ -153,7 +155,7 @@ pub(crate) struct Overview {
     /// Per minute of the last hour, oldest first: succeeded, dead.
     pub(crate) per_minute: Vec<(u64, u64)>,
     pub(crate) latency: Vec<Latency>,
-    /// Whether more finished tasks than were read fall in the last hour.
+    /// Whether more tasks finished in the last hour than were read.
     pub(crate) truncated: bool,
 }
 
@@ -167,40 +169,26 @@ async fn overview_data(state: &AppState) -> Result<Overview, ApiError> {
     let since = now - ChronoDuration::hours(1);
     let mut per_minute = vec![(0u64, 0u64); 60];
     let mut runs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut truncated = false;
-    for status in [TaskStatus::Succeeded, TaskStatus::Dead] {
-        let params = TaskListParams {
-            status: Some(status),
-            limit: RECENT_MAX,
-            ..TaskListParams::default()
+    let params = TaskListFinishedParams {
+        since,
+        limit: RECENT_MAX,
+    };
+    let finished = state.db(storage.task_list_finished(&params)).await?;
+    let truncated = finished.len() == RECENT_MAX as usize;
+    for task in &finished {
+        let Some(at) = task.finished_at.filter(|at| *at <= now) else {
+            continue;
         };
-        let tasks = state.db(storage.task_list(&params)).await?;
-        if tasks.len() == RECENT_MAX as usize
-            && tasks
-                .last()
-                .and_then(|t| t.finished_at)
-                .is_some_and(|f| f >= since)
-        {
-            truncated = true;
-        }
-        for task in &tasks {
-            let Some(finished) = task.finished_at else {
-                continue;
-            };
-            if finished < since || finished > now {
-                continue;
+        let minute = (at - since).num_seconds() / 60;
+        let slot = usize::try_from(minute).unwrap_or(0).min(59);
+        if task.status == TaskStatus::Succeeded {
+            per_minute[slot].0 += 1;
+            if let Some(started) = task.started_at {
+                let ms = (at - started).num_milliseconds().max(0) as f64;
+                runs.entry(task.command_type.clone()).or_default().push(ms);
             }
-            let minute = (finished - since).num_seconds() / 60;
-            let slot = usize::try_from(minute).unwrap_or(0).min(59);
-            if status == TaskStatus::Succeeded {
-                per_minute[slot].0 += 1;
-                if let Some(started) = task.started_at {
-                    let ms = (finished - started).num_milliseconds().max(0) as f64;
-                    runs.entry(task.command_type.clone()).or_default().push(ms);
-                }
-            } else {
-                per_minute[slot].1 += 1;
-            }
+        } else {
+            per_minute[slot].1 += 1;
         }
     }
     let latency = runs

@@ -225,7 +225,7 @@ pub(super) fn overview(viewer: &Viewer, data: &Overview) -> Markup {
                 (chart("backlog", "Backlog by queue", &backlog_caption, backlog_chart))
             }
             @if data.truncated {
-                p.note { "More tasks finished in the last hour than the charts read; throughput and run times show the latest of them." }
+                p.note { "More tasks finished in the last hour than the charts read (2000); throughput and run times show the latest of them." }
             }
             table.latency {
                 thead { tr { th { "command type" } th { "succeeded" } th { "p50" } th { "p95" } th { "p99" } } }
