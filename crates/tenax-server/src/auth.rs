@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
-use crate::openapi::{Access, ROUTES};
+use crate::openapi::{Access, DASHBOARD_ROUTES, ROUTES};
 use crate::state::AppState;
 
 /// What a token may do.
@@ -117,6 +117,7 @@ impl Tokens {
 fn access_of(method: &Method, path: &str) -> Access {
     ROUTES
         .iter()
+        .chain(DASHBOARD_ROUTES)
         .find(|r| r.method == method.as_str() && r.path == path)
         .map_or(Access::Admin, |r| r.access)
 }

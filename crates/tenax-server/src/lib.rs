@@ -2,7 +2,7 @@
 //!
 //! [`router`] builds an [`axum::Router`] over a [`Storage`](tenax::storage::Storage)
 //! and a [`ServerConfig`]: JSON routes under `/v1`, the open probes `/healthz` and
-//! `/readyz`, and the OpenAPI 3 document at `/openapi.json`, generated from the code
+//! `/readyz`, the web dashboard at `/`, and the OpenAPI 3 document at `/openapi.json`, generated from the code
 //! ([`openapi`]). A Rust application can mount it next to its own routes, with the
 //! command types its own handlers run; [`serve`] runs it on a listener until a
 //! cancellation token fires. The `tenax serve` command runs it with workers in the same
@@ -21,12 +21,17 @@
 //!   a second) against its configured maximum, answering 429 with `Retry-After`; every
 //!   database call is bounded by `db_timeout`, after which the request answers 503 with
 //!   `Retry-After` instead of hanging on an exhausted pool.
+//! - **Dashboard**: `GET /` serves a page shell without data; its script fetches HTML
+//!   fragments under `/ui/` with the user's token (role `read` or `admin`), and shows
+//!   action buttons only to `admin`. Every response carries a strict
+//!   Content-Security-Policy ([`CSP`]).
 //! - **Secrets**: configured payload fields of a command type are replaced by `"***"`
 //!   in every task the API returns.
 #![forbid(unsafe_code)]
 
 mod auth;
 mod config;
+mod dashboard;
 mod error;
 mod extract;
 mod model;
@@ -37,9 +42,10 @@ mod state;
 
 pub use auth::{hash_token, Caller, Role};
 pub use config::{ConfigError, QueueLimit, ServerConfig, TokenConfig};
+pub use dashboard::CSP;
 pub use error::ApiError;
 pub use model::*;
-pub use openapi::{openapi, Access, RouteSpec, ROUTES};
+pub use openapi::{openapi, Access, RouteSpec, DASHBOARD_ROUTES, ROUTES};
 pub use routes::router;
 pub use state::AppState;
 

@@ -73,6 +73,25 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/v1/workflows/{id}", Access::TaskRead),
 ];
 
+/// The dashboard's routes: the page shell and its assets (open: they hold no data), and
+/// the HTML fragments the shell fetches with a token. They are not part of the JSON API
+/// and not in the OpenAPI document; the auth layer reads this table as it reads
+/// [`ROUTES`].
+pub const DASHBOARD_ROUTES: &[RouteSpec] = &[
+    route("GET", "/", Access::Open),
+    route("GET", "/assets/app.js", Access::Open),
+    route("GET", "/assets/app.css", Access::Open),
+    route("GET", "/ui/overview", Access::Read),
+    route("GET", "/ui/queues", Access::Read),
+    route("GET", "/ui/tasks", Access::Read),
+    route("GET", "/ui/tasks/{id}", Access::Read),
+    route("GET", "/ui/dead", Access::Read),
+    route("GET", "/ui/schedules", Access::Read),
+    route("GET", "/ui/workflows", Access::Read),
+    route("GET", "/ui/workflows/{id}", Access::Read),
+    route("GET", "/ui/audit", Access::Read),
+];
+
 struct BearerAuth;
 
 impl Modify for BearerAuth {

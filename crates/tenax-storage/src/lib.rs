@@ -308,6 +308,15 @@ pub trait Storage: Send + Sync + 'static {
     /// this call changed it (an alert never recorded counts as not firing). Concurrent
     /// callers asking for the same change: exactly one gets `true`.
     async fn alert_transition(&self, params: &AlertTransitionParams) -> Result<bool>;
+
+    /// The workflow a task belongs to: `None` for a task enqueued on its own (a
+    /// compensation task belongs to no workflow) and for an unknown id.
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>>;
+
+    /// Tasks that succeeded or died at or after `since`, the latest to finish first, at
+    /// most `limit` (read through the index of finished tasks, however many the table
+    /// keeps). What a dashboard charts for the last hour.
+    async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>>;
 }
 
 /// Open the backend a URL names and apply its migrations.

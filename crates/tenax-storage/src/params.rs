@@ -107,6 +107,15 @@ pub struct TaskListParams {
     pub created_before: Option<DateTime<Utc>>,
 }
 
+/// [`Storage::task_list_finished`](crate::Storage::task_list_finished).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskListFinishedParams {
+    /// Only tasks that finished at or after this instant.
+    pub since: DateTime<Utc>,
+    /// At most this many, the latest to finish first.
+    pub limit: u32,
+}
+
 /// [`Storage::task_claim_batch`](crate::Storage::task_claim_batch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskClaimParams {

@@ -220,4 +220,15 @@ impl Storage for InstrumentedStorage {
     async fn outbox_prune(&self, params: &tenax_storage::OutboxPruneParams) -> Result<u64> {
         timed("outbox_prune", self.inner.outbox_prune(params)).await
     }
+
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<tenax_storage::WorkflowId>> {
+        timed("task_workflow", self.inner.task_workflow(id)).await
+    }
+
+    async fn task_list_finished(
+        &self,
+        params: &tenax_storage::TaskListFinishedParams,
+    ) -> Result<Vec<TaskRecord>> {
+        timed("task_list_finished", self.inner.task_list_finished(params)).await
+    }
 }

@@ -9,13 +9,14 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::dashboard;
 use crate::error::ApiError;
 use crate::state::AppState;
 
 pub(crate) mod admin;
 pub(crate) mod health;
 pub(crate) mod ops;
-mod secrets;
+pub(crate) mod secrets;
 pub(crate) mod tasks;
 pub(crate) mod workflows;
 
@@ -57,6 +58,18 @@ pub fn router(state: AppState) -> Router {
             post(workflows::create).get(workflows::list),
         )
         .route("/v1/workflows/{id}", get(workflows::get))
+        .route("/", get(dashboard::shell))
+        .route("/assets/app.js", get(dashboard::app_js))
+        .route("/assets/app.css", get(dashboard::app_css))
+        .route("/ui/overview", get(dashboard::overview))
+        .route("/ui/queues", get(dashboard::queues))
+        .route("/ui/tasks", get(dashboard::tasks))
+        .route("/ui/tasks/{id}", get(dashboard::task))
+        .route("/ui/dead", get(dashboard::dead))
+        .route("/ui/schedules", get(dashboard::schedules))
+        .route("/ui/workflows", get(dashboard::workflows))
+        .route("/ui/workflows/{id}", get(dashboard::workflow))
+        .route("/ui/audit", get(dashboard::audit))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::auth::require_token,
@@ -78,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn(dashboard::security_headers))
 }
 
 /// Rewrite any error answer that is not JSON (from a lower layer) into the API's error

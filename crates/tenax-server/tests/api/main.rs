@@ -1,6 +1,7 @@
 //! The HTTP API through the router, without a port (`tower::ServiceExt::oneshot`):
 //! authentication and roles on every route, bad input refused with nothing changed,
-//! back-pressure, long-polls, an exhausted pool, and the OpenAPI document. The
+//! back-pressure, long-polls, an exhausted pool, the OpenAPI document, and the
+//! dashboard's shell and fragments. The
 //! database-touching cases run on SQLite, and on PostgreSQL and MariaDB when their
 //! test URLs are set.
 #![allow(
@@ -11,6 +12,7 @@
 )]
 
 mod auth;
+mod dashboard;
 mod hostile;
 mod inputs;
 mod openapi;

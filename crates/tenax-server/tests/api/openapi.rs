@@ -70,6 +70,39 @@ async fn every_route_is_documented_and_every_documented_route_exists() {
         }
     }
     assert_eq!(documented, ROUTES.len());
+    // The dashboard's routes are served but are not part of the JSON API's document.
+    for route in tenax_server::DASHBOARD_ROUTES {
+        assert!(
+            !ROUTES.iter().any(|r| r.path == route.path),
+            "{} is in both tables",
+            route.path
+        );
+        assert!(
+            paths.get(route.path).is_none(),
+            "{} is documented as JSON API",
+            route.path
+        );
+        let uri = route.path.replace("{id}", "1");
+        let response = tower::ServiceExt::oneshot(
+            app.clone(),
+            request(
+                Method::from_bytes(route.method.as_bytes()).unwrap(),
+                &uri,
+                Some(ADMIN),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(
+            response.status() != StatusCode::METHOD_NOT_ALLOWED
+                && (response.status() != StatusCode::NOT_FOUND || uri.ends_with("/1")),
+            "{} {}: {}",
+            route.method,
+            route.path,
+            response.status()
+        );
+    }
 }
 
 /// Every `example` in the document, with the schema it belongs to.

@@ -1005,6 +1005,33 @@ impl Storage for PgStorage {
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
         self.timed(self.outbox_prune_impl(params)).await
     }
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>> {
+        self.timed(async {
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            workflows::task_workflow(&mut conn, id).await
+        })
+        .await
+    }
+
+    async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
+        self.timed(async {
+            // The status list repeats the finished-task index's condition.
+            let rows = sqlx::query(&format!(
+                "SELECT {TASK_COLUMNS} FROM tenax_tasks
+                 WHERE status IN ('succeeded', 'dead', 'cancelled') AND status <> 'cancelled'
+                   AND finished_at >= $1
+                 ORDER BY finished_at DESC
+                 LIMIT $2"
+            ))
+            .bind(params.since)
+            .bind(i64::from(params.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+            rows.iter().map(task_from_row).collect()
+        })
+        .await
+    }
 
     async fn stats(&self) -> Result<Stats> {
         self.timed(async {

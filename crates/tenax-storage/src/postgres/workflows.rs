@@ -465,6 +465,24 @@ pub(super) async fn get(conn: &mut PgConnection, id: WorkflowId) -> Result<Optio
     Ok(Some(detail(record, tasks, &deps)))
 }
 
+/// The workflow of a task, if it has one.
+pub(super) async fn task_workflow(
+    conn: &mut PgConnection,
+    id: TaskId,
+) -> Result<Option<WorkflowId>> {
+    let row = sqlx::query("SELECT workflow_id FROM tenax_tasks WHERE id = $1")
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    match row {
+        Some(row) => row
+            .try_get::<Option<i64>, _>("workflow_id")
+            .map_err(map_err),
+        None => Ok(None),
+    }
+}
+
 pub(super) async fn parent_results(
     conn: &mut PgConnection,
     id: TaskId,

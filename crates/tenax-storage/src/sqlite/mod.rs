@@ -1041,4 +1041,25 @@ impl Storage for SqliteStorage {
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
         self.outbox_prune_impl(params).await
     }
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        workflows::task_workflow(&mut conn, id).await
+    }
+
+    async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
+        // The status list repeats the finished-task index's condition, so SQLite uses it.
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS} FROM tenax_tasks
+             WHERE status IN ('succeeded', 'dead', 'cancelled') AND status <> 'cancelled'
+               AND finished_at >= ?
+             ORDER BY finished_at DESC
+             LIMIT ?"
+        ))
+        .bind(params.since.timestamp_millis())
+        .bind(i64::from(params.limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(task_from_row).collect()
+    }
 }

@@ -26,7 +26,7 @@ pub use super::runtime::*;
 pub use super::workflows::{
     a_child_waits_blocked_until_all_its_parents_succeeded,
     a_dead_or_cancelled_parent_cancels_its_dependents_transitively,
-    a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
+    a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order, a_task_names_its_workflow,
     bulk_cancel_of_a_workflow_task_cancels_its_dependents,
     cycles_and_unknown_references_are_refused_and_insert_nothing,
     fan_out_and_fan_in_with_a_thousand_children_stay_efficient,

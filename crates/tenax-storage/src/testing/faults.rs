@@ -238,4 +238,13 @@ impl Storage for FaultyStorage {
     async fn outbox_prune(&self, params: &crate::OutboxPruneParams) -> Result<u64> {
         self.inner.outbox_prune(params).await
     }
+    async fn task_workflow(&self, id: TaskId) -> Result<Option<crate::WorkflowId>> {
+        self.inner.task_workflow(id).await
+    }
+    async fn task_list_finished(
+        &self,
+        params: &crate::TaskListFinishedParams,
+    ) -> Result<Vec<TaskRecord>> {
+        self.inner.task_list_finished(params).await
+    }
 }

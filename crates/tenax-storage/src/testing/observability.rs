@@ -5,7 +5,10 @@ use chrono::{DateTime, Utc};
 use tenax_core::TaskStatus;
 
 use super::{Harness, TaskOpts};
-use crate::{QueueStatsParams, RunAt};
+use crate::{
+    FailNext, Lease, QueueStatsParams, RunAt, TaskActionParams, TaskCompleteParams, TaskFailParams,
+    TaskListFinishedParams, TaskRef,
+};
 
 /// Counts by queue and status; the backlog counts only due, unclaimed tasks, and the
 /// oldest due age is measured from the oldest due `run_at` to the clock given.
@@ -100,4 +103,85 @@ pub async fn queue_stats_count_backlog_and_oldest_age_per_queue(h: &Harness) {
         age >= Duration::from_secs(3590) && age < Duration::from_secs(3700),
         "{age:?}"
     );
+}
+
+/// Succeeded and dead tasks since an instant, the latest to finish first; waiting and
+/// cancelled tasks are left out, and the limit holds.
+pub async fn finished_tasks_are_listed_latest_first_since_an_instant(h: &Harness) {
+    let now = h.storage.now().await.unwrap();
+    // Whole seconds, so the order is exact on every backend's precision.
+    let t0 = DateTime::<Utc>::from_timestamp(now.timestamp() - 600, 0).unwrap();
+    let at = |secs: i64| Some(t0 + chrono::Duration::seconds(secs));
+    for n in 0..4 {
+        h.task(TaskOpts {
+            task_no: Some(format!("finished-{n}")),
+            now: at(0),
+            ..Default::default()
+        })
+        .await;
+    }
+    let claimed = h.claim("w", 2, at(1)).await;
+    assert_eq!(claimed.len(), 2);
+    let lease = |i: usize| Lease {
+        id: claimed[i].id,
+        epoch: claimed[i].lease_epoch,
+    };
+    assert!(h
+        .storage
+        .task_complete_if_leased(&TaskCompleteParams {
+            lease: lease(0),
+            result: None,
+            compensation: tenax_core::CompensationState::None,
+            now: at(2),
+        })
+        .await
+        .unwrap());
+    assert!(h
+        .storage
+        .task_fail_if_leased(&TaskFailParams {
+            lease: lease(1),
+            error: "permanent".into(),
+            next: FailNext::Dead,
+            now: at(3),
+        })
+        .await
+        .unwrap());
+    let waiting = h
+        .storage
+        .task_get(&TaskRef::No(tenax_core::TaskNo::new("finished-2").unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    h.storage
+        .task_cancel(&TaskActionParams {
+            task: TaskRef::Id(waiting.id),
+            now: at(4),
+        })
+        .await
+        .unwrap();
+    let list = |since: i64, limit: u32| {
+        let storage = h.storage.clone();
+        async move {
+            storage
+                .task_list_finished(&TaskListFinishedParams {
+                    since: t0 + chrono::Duration::seconds(since),
+                    limit,
+                })
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| (t.id, t.status))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        list(0, 10).await,
+        [
+            (claimed[1].id, TaskStatus::Dead),
+            (claimed[0].id, TaskStatus::Succeeded)
+        ]
+    );
+    assert_eq!(list(0, 1).await, [(claimed[1].id, TaskStatus::Dead)]);
+    assert_eq!(list(3, 10).await, [(claimed[1].id, TaskStatus::Dead)]);
+    assert!(list(5, 10).await.is_empty());
 }

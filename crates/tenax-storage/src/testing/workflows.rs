@@ -577,3 +577,60 @@ pub async fn bulk_cancel_of_a_workflow_task_cancels_its_dependents(h: &Harness) 
     assert_eq!(status_of(h, &detail, "p").await, TaskStatus::Cancelled);
     assert_eq!(status_of(h, &detail, "q").await, TaskStatus::Pending);
 }
+
+/// A task names its workflow; a task enqueued alone, a compensation task and an unknown
+/// id name none.
+pub async fn a_task_names_its_workflow(h: &Harness) {
+    let flow = workflow(
+        "owner",
+        WorkflowKind::Dag,
+        WorkflowPolicy::CancelDependents,
+        &[("a", &[]), ("b", &["a"])],
+    );
+    let detail = h.storage.workflow_insert(&flow).await.unwrap();
+    for task in &detail.tasks {
+        assert_eq!(
+            h.storage.task_workflow(task.task.id).await.unwrap(),
+            Some(detail.workflow.id),
+            "{}",
+            task.key
+        );
+    }
+    let alone = h
+        .storage
+        .task_insert(&numbered("owner-alone", 9))
+        .await
+        .unwrap()
+        .task;
+    assert_eq!(h.storage.task_workflow(alone.id).await.unwrap(), None);
+    assert_eq!(
+        h.storage
+            .task_workflow(tenax_core::TaskId(i64::MAX))
+            .await
+            .unwrap(),
+        None
+    );
+    // The compensation of a dead workflow task is a task of its own.
+    let claimed = h.claim("w", 10, None).await;
+    let a = claimed
+        .iter()
+        .find(|t| t.id == detail.tasks[0].task.id)
+        .unwrap();
+    kill(h, a).await;
+    let compensations = h
+        .storage
+        .task_list(&TaskListParams {
+            limit: 100,
+            ..TaskListParams::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.kind == TaskKind::Compensate && t.parent_id == Some(a.id))
+        .collect::<Vec<_>>();
+    assert_eq!(compensations.len(), 1);
+    assert_eq!(
+        h.storage.task_workflow(compensations[0].id).await.unwrap(),
+        None
+    );
+}
