@@ -217,4 +217,13 @@ impl Storage for FaultyStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<crate::ParentOutcome>> {
         self.inner.task_parent_results(id).await
     }
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<crate::BatchCompletion>> {
+        // The batch fails with the one-task completion: a test that breaks completions
+        // breaks both paths.
+        self.check(StorageMethod::Complete)?;
+        self.inner.task_complete_many_if_leased(params).await
+    }
 }

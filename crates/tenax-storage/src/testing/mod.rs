@@ -18,6 +18,7 @@ use crate::{RunAt, Storage, TaskClaimParams, TaskInsertParams};
 mod bulk;
 pub mod bulk_insert;
 mod claims;
+mod completions;
 pub mod conformance;
 mod faults;
 mod keys;
@@ -306,6 +307,9 @@ macro_rules! conformance_tests {
                 cycles_and_unknown_references_are_refused_and_insert_nothing,
                 a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
                 bulk_cancel_of_a_workflow_task_cancels_its_dependents,
+                a_completion_batch_lands_exactly_where_the_lease_holds,
+                an_empty_or_oversized_completion_batch_writes_nothing,
+                a_completion_batch_runs_workflow_and_compensation_effects,
             );
         }
     };
