@@ -196,4 +196,14 @@ impl Storage for InstrumentedStorage {
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<tenax_storage::ParentOutcome>> {
         timed("task_parent_results", self.inner.task_parent_results(id)).await
     }
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<tenax_storage::BatchCompletion>> {
+        timed(
+            "task_complete_many_if_leased",
+            self.inner.task_complete_many_if_leased(params),
+        )
+        .await
+    }
 }
