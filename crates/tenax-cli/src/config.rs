@@ -79,6 +79,9 @@ pub(crate) struct WorkerFile {
     pub(crate) queues: Option<Vec<String>>,
     pub(crate) concurrency: Option<u32>,
     pub(crate) claim_batch: Option<u32>,
+    pub(crate) complete_batch: Option<u32>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) batch_linger: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) poll_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
@@ -171,6 +174,20 @@ fn worker_reference() -> Vec<Key> {
             "",
             d.claim_batch.to_string(),
             "Most tasks claimed in one statement.",
+        ),
+        key(
+            "worker.complete_batch",
+            "",
+            "",
+            d.complete_batch.to_string(),
+            "Most successes written in one completion transaction.",
+        ),
+        key(
+            "worker.batch_linger",
+            "",
+            "",
+            humantime::format_duration(d.batch_linger).to_string(),
+            "How long a success may wait for others to share its completion transaction, and how long a busy worker waits for half its slots to free before it claims; `0s` turns both off. A task counts as done only after its completion committed.",
         ),
         key(
             "worker.poll_interval",
@@ -318,6 +335,8 @@ pub(crate) fn worker_config(
         queues: queues.or_else(|| file.queues.clone()).unwrap_or(d.queues),
         concurrency,
         claim_batch: file.claim_batch.unwrap_or(d.claim_batch.min(concurrency)),
+        complete_batch: file.complete_batch.unwrap_or(d.complete_batch),
+        batch_linger: file.batch_linger.unwrap_or(d.batch_linger),
         poll_interval: poll_interval
             .or(file.poll_interval)
             .unwrap_or(d.poll_interval),

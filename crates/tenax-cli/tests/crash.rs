@@ -189,3 +189,66 @@ async fn compensation_finishes_exactly_once_when_its_worker_is_killed() {
     let report = s.ledger.check().await.unwrap();
     assert!(report.is_clean(), "{report:#?}");
 }
+
+/// A worker killed after its handler returned but before the transaction holding the
+/// success (a completion batch, by default) committed: nothing of the success was
+/// written, the task runs again under a new lease, and it succeeds exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_before_the_completion_batch_commits_repeats_the_execution_and_loses_nothing() {
+    use tenax::sqlx::Connection;
+
+    let s = setup().await;
+    enqueue(&s.db, "ACC-3", "12345678901234567");
+    let mut first = spawn_worker(&s.db, &s.ledger_path, "500ms");
+    wait_for("the first worker starts the task", || async {
+        let e = s.ledger.executions().await.unwrap();
+        (!e.is_empty()).then_some(())
+    })
+    .await;
+    // Hold SQLite's write lock from another connection: the handler still finishes,
+    // but its completion cannot commit.
+    let mut lock = tenax::sqlx::SqliteConnection::connect(&s.db).await.unwrap();
+    tenax::sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    wait_for("the first handler returns", || async {
+        let e = s.ledger.executions().await.unwrap();
+        e.iter()
+            .any(|e| e.outcome.as_deref() == Some("succeeded"))
+            .then_some(())
+    })
+    .await;
+    kill(&mut first, &s.ledger).await;
+    tenax::sqlx::query("COMMIT")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let no = TaskRef::No(TaskNo::new("ACC-3").unwrap());
+    let running = s.client.get(&no).await.unwrap().unwrap();
+    assert_eq!(
+        (running.status, running.attempt),
+        (TaskStatus::Running, 1),
+        "the success was not written"
+    );
+    let mut second = spawn_worker(&s.db, &s.ledger_path, "20ms");
+    let done = wait_for("a new worker finishes the task", || async {
+        s.client
+            .get(&no)
+            .await
+            .unwrap()
+            .filter(|t| t.status == TaskStatus::Succeeded)
+    })
+    .await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(done.attempt, 2);
+    let history = s.client.attempts(done.id).await.unwrap();
+    assert_eq!(
+        history.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+        vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Succeeded]
+    );
+    let report = s.ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert_eq!(report.executions, 2, "the execution ran again");
+}

@@ -19,6 +19,20 @@ pub struct WorkerConfig {
     /// Most tasks claimed in one statement. Defaults to
     /// [`WorkerConfig::CLAIM_BATCH_DEFAULT`] (10).
     pub claim_batch: u32,
+    /// Most successful outcomes written in one completion batch (one transaction).
+    /// Defaults to [`WorkerConfig::COMPLETE_BATCH_DEFAULT`] (100); at most
+    /// [`tenax_storage::COMPLETE_MANY_MAX`].
+    pub complete_batch: u32,
+    /// How long a finished handler's success may wait for others to share its
+    /// completion batch; the batch is written sooner when it is full or when every
+    /// running attempt has joined it. While some tasks run, it also bounds how long
+    /// the claim loop waits for half the slots (or a claim batch) to free before it
+    /// claims; an idle worker claims at once. Zero turns both off: each success is
+    /// written by its own transaction and a freed slot is claimed for at once. Either
+    /// way a task counts as done (its slot freed, its outcome reported) only after the
+    /// transaction holding its completion committed. Defaults to
+    /// [`WorkerConfig::BATCH_LINGER_DEFAULT`] (2 ms).
+    pub batch_linger: Duration,
     /// Wait between claims when idle (a wake-up may end it sooner). Defaults to
     /// [`WorkerConfig::POLL_INTERVAL_DEFAULT`] (1 s).
     pub poll_interval: Duration,
@@ -92,6 +106,10 @@ impl WorkerConfig {
     pub const CONCURRENCY_DEFAULT: u32 = 10;
     /// Default [`WorkerConfig::claim_batch`].
     pub const CLAIM_BATCH_DEFAULT: u32 = 10;
+    /// Default [`WorkerConfig::complete_batch`].
+    pub const COMPLETE_BATCH_DEFAULT: u32 = 100;
+    /// Default [`WorkerConfig::batch_linger`].
+    pub const BATCH_LINGER_DEFAULT: Duration = Duration::from_millis(2);
     /// Default [`WorkerConfig::poll_interval`].
     pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
     /// Default [`WorkerConfig::lease_ttl`].
@@ -124,6 +142,20 @@ impl WorkerConfig {
         }
         if self.concurrency == 0 || self.claim_batch == 0 || self.prune_batch == 0 {
             return err("concurrency, claim batch and prune batch must be at least 1".into());
+        }
+        if self.complete_batch == 0
+            || self.complete_batch as usize > tenax_storage::COMPLETE_MANY_MAX
+        {
+            return err(format!(
+                "complete batch must be between 1 and {}",
+                tenax_storage::COMPLETE_MANY_MAX
+            ));
+        }
+        if self.batch_linger >= self.fence_margin {
+            return err(format!(
+                "batch linger ({:?}) must be shorter than the fence margin ({:?})",
+                self.batch_linger, self.fence_margin
+            ));
         }
         if self.poll_interval.is_zero()
             || self.reaper_interval.is_zero()
@@ -199,6 +231,8 @@ impl Default for WorkerConfig {
             queues: vec![QueueName::DEFAULT.to_owned()],
             concurrency: Self::CONCURRENCY_DEFAULT,
             claim_batch: Self::CLAIM_BATCH_DEFAULT,
+            complete_batch: Self::COMPLETE_BATCH_DEFAULT,
+            batch_linger: Self::BATCH_LINGER_DEFAULT,
             poll_interval: Self::POLL_INTERVAL_DEFAULT,
             lease_ttl: Self::LEASE_TTL_DEFAULT,
             heartbeat_interval: Self::HEARTBEAT_DEFAULT,
@@ -234,6 +268,14 @@ mod tests {
             },
             WorkerConfig {
                 queues: vec![],
+                ..Default::default()
+            },
+            WorkerConfig {
+                complete_batch: 0,
+                ..Default::default()
+            },
+            WorkerConfig {
+                batch_linger: Duration::from_secs(5),
                 ..Default::default()
             },
             WorkerConfig {

@@ -9,6 +9,9 @@
 //! - **executors**: run the handler in its own task (so a panic is caught as a
 //!   retryable failure), under the task's timeout, and stop it when its lease is lost
 //!   or can no longer be proven (self-fencing), or at shutdown after the grace period;
+//! - **completer**: writes the successes of many executors in one transaction
+//!   ([`Storage::task_complete_many_if_leased`]); an executor frees its slot only
+//!   after the batch holding its completion committed;
 //! - **heartbeat**: renews every held lease in one statement; a lease missing from the
 //!   answer was lost, and its handler is stopped at once;
 //! - **reaper** and **pruner** (optional): see [`crate::maintenance`].
@@ -21,6 +24,7 @@
 //! handler that passes its deadline is stopped before any other worker can claim the
 //! task — and its result, if any, is dropped rather than written.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,10 +35,10 @@ use tenax_core::{
     RetryPolicy, TaskContext, TaskId, TaskKind, TaskNo, TaskRecord,
 };
 use tenax_storage::{
-    FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams, TaskCompleteParams,
-    TaskFailParams,
+    BatchCompletion, FailNext, Lease, LeaseExtendParams, Storage, StorageError, TaskClaimParams,
+    TaskCompleteParams, TaskFailParams,
 };
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -76,6 +80,18 @@ struct Shared {
     backlog: BacklogSampler,
     /// Which background queues may be claimed now.
     gate: BackgroundGate,
+    /// Where successes go to be written in batches, while a completer runs.
+    completer: Mutex<Option<mpsc::UnboundedSender<PendingCompletion>>>,
+    /// Attempts between their start and the end of their outcome's write: a completion
+    /// batch holding all of them cannot grow, and is written at once.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A success waiting in the completer for its batch.
+struct PendingCompletion {
+    params: TaskCompleteParams,
+    /// What was written: `Some(true)` once the batch committed with it.
+    written: oneshot::Sender<Option<bool>>,
 }
 
 impl Shared {
@@ -86,6 +102,46 @@ impl Shared {
 
     fn fence_after(&self, sent: Instant) -> Instant {
         sent + self.config.lease_ttl - self.config.fence_margin
+    }
+
+    fn completer(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<PendingCompletion>>> {
+        // A poisoned slot is still consistent: it holds a sender or nothing.
+        self.completer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start a completer unless batching is off or one runs already; the caller stops
+    /// it with [`Shared::stop_completer`] once no executor is left.
+    fn start_completer(&self) -> Option<tokio_util::task::AbortOnDropHandle<()>> {
+        if self.config.batch_linger.is_zero() {
+            return None;
+        }
+        let mut slot = self.completer();
+        if slot.is_some() {
+            return None;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        *slot = Some(tx);
+        Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            completer_loop(
+                self.storage.clone(),
+                self.config.clone(),
+                self.in_flight.clone(),
+                rx,
+            ),
+        )))
+    }
+
+    /// Close the completer's channel and wait until it wrote what it holds.
+    async fn stop_completer(&self, handle: Option<tokio_util::task::AbortOnDropHandle<()>>) {
+        let Some(handle) = handle else {
+            return;
+        };
+        self.completer().take();
+        if let Err(e) = handle.await {
+            error!("completer failed: {e}");
+        }
     }
 }
 
@@ -145,6 +201,8 @@ impl Worker {
                 slot_freed: Notify::new(),
                 backlog: BacklogSampler::default(),
                 gate: BackgroundGate::default(),
+                completer: Mutex::new(None),
+                in_flight: Arc::new(AtomicUsize::new(0)),
             }),
             schedules: Vec::new(),
         })
@@ -196,6 +254,7 @@ impl Worker {
 
         let mut executors = JoinSet::new();
         crate::metrics::worker_started(shared.config.concurrency);
+        let completer = shared.start_completer();
         claim_loop(&shared, &shutdown, &mut executors).await;
 
         info!(worker = %shared.id, running = executors.len(), "worker stopping: no more claims");
@@ -206,6 +265,8 @@ impl Worker {
             shared.hard_stop.cancel();
             drain(&mut executors).await;
         }
+        // Every executor has its outcome written: the completer holds nothing more.
+        shared.stop_completer(completer).await;
         background.cancel();
         while services.join_next().await.is_some() {}
         crate::metrics::worker_stopped(shared.config.concurrency);
@@ -255,7 +316,9 @@ impl Worker {
     ) -> Result<Vec<TaskId>, Error> {
         let stop = CancellationToken::new();
         let heartbeat = tokio::spawn(heartbeat_loop(self.shared.clone(), stop.clone()));
+        let completer = self.shared.start_completer();
         let drained = self.drain_due(at).await;
+        self.shared.stop_completer(completer).await;
         stop.cancel();
         let _ = heartbeat.await;
         drained
@@ -320,7 +383,24 @@ async fn claim_loop(
                 error!("executor failed: {e}");
             }
         }
-        let free = slots.available_permits() as u32;
+        let mut free = slots.available_permits() as u32;
+        let concurrency = shared.config.concurrency;
+        // While tasks run, a claim waits (briefly) for half the slots, or a claim
+        // batch, to be free: claims then take many tasks per statement instead of one
+        // per freed slot. An idle worker claims at once.
+        let want = shared.config.claim_batch.min(concurrency.div_ceil(2));
+        if free > 0 && free < want && !shared.config.batch_linger.is_zero() {
+            let until = Instant::now() + shared.config.batch_linger;
+            while free < want {
+                tokio::select! {
+                    _ = shared.slot_freed.notified() => {}
+                    _ = sleep_until(until) => break,
+                    _ = shutdown.cancelled() => break,
+                }
+                free = slots.available_permits() as u32;
+            }
+            free = slots.available_permits() as u32;
+        }
         let mut full_batch = false;
         let sent = Instant::now();
         let queues = shared
@@ -483,6 +563,7 @@ async fn execute(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) {
 }
 
 async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) {
+    let _in_flight = InFlight::enter(&shared.in_flight);
     let lease = Lease {
         id: task.id,
         epoch: task.lease_epoch,
@@ -574,6 +655,22 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     let decision = decide(&task, ended, &policy, how);
     let outcome = write_outcome(shared, lease, decision).await;
     crate::metrics::attempt_ended(&task, outcome);
+}
+
+/// Counts an attempt in [`Shared::in_flight`] until it is dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Removes an attempt's entry from the held map when the attempt ends.
@@ -782,7 +879,31 @@ async fn write_complete(
         compensation,
         now: None,
     };
-    let written = with_retries(shared, lease, || {
+    let completer = shared.completer().clone();
+    if let Some(completer) = completer {
+        let (tx, rx) = oneshot::channel();
+        let pending = PendingCompletion {
+            params: params.clone(),
+            written: tx,
+        };
+        let queued = completer.send(pending).is_ok();
+        drop(completer);
+        if queued {
+            match rx.await {
+                Ok(written) => {
+                    report_write(written, "succeeded");
+                    return written;
+                }
+                // The completer stopped with this success unanswered: whether its
+                // batch committed is unknown, and the write below (fenced by the
+                // epoch) lands only if it did not.
+                Err(_) => {
+                    warn!("the completion batch ended without an answer; writing the outcome alone")
+                }
+            }
+        }
+    }
+    let written = with_retries(shared.config.lease_ttl, lease, || {
         shared.storage.task_complete_if_leased(&params)
     })
     .await;
@@ -802,7 +923,7 @@ async fn write_fail(
         next,
         now: None,
     };
-    let written = with_retries(shared, lease, || {
+    let written = with_retries(shared.config.lease_ttl, lease, || {
         shared.storage.task_fail_if_leased(&params)
     })
     .await;
@@ -832,16 +953,12 @@ fn report_write(written: Option<bool>, what: &str) {
 
 /// Retry a fenced write on transient storage errors while the lease can still be held.
 /// A failure of Tenax's own write is never recorded as a failure of the handler.
-async fn with_retries<'a, F, Fut>(
-    shared: &'a Arc<Shared>,
-    lease: Lease,
-    mut write: F,
-) -> Option<bool>
+async fn with_retries<F, Fut>(lease_ttl: Duration, lease: Lease, mut write: F) -> Option<bool>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool, StorageError>> + 'a,
+    Fut: std::future::Future<Output = Result<bool, StorageError>>,
 {
-    let give_up = Instant::now() + shared.config.lease_ttl;
+    let give_up = Instant::now() + lease_ttl;
     let mut pause = Duration::from_millis(50);
     loop {
         match write().await {
@@ -858,6 +975,108 @@ where
             }
         }
     }
+}
+
+/// Collects successes and writes each batch in one transaction: a batch is written
+/// when it holds `complete_batch` successes, when every attempt in flight has joined
+/// it, or `batch_linger` after its first success arrived. Each success is answered
+/// only after its batch committed; if the batch fails, each of its successes is
+/// written alone (with retries), so none is dropped or reported before its commit.
+/// Ends when the channel is closed and empty.
+async fn completer_loop(
+    storage: Arc<dyn Storage>,
+    config: WorkerConfig,
+    in_flight: Arc<AtomicUsize>,
+    mut rx: mpsc::UnboundedReceiver<PendingCompletion>,
+) {
+    let max = config.complete_batch.max(1) as usize;
+    let mut params = Vec::with_capacity(max);
+    let mut answers = Vec::with_capacity(max);
+    while let Some(first) = rx.recv().await {
+        params.push(first.params);
+        answers.push(first.written);
+        let until = Instant::now() + config.batch_linger;
+        while params.len() < max {
+            let next = match rx.try_recv() {
+                Ok(next) => next,
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    if params.len() >= in_flight.load(Ordering::SeqCst) {
+                        break; // every running attempt is in this batch
+                    }
+                    match tokio::time::timeout_at(until, rx.recv()).await {
+                        Ok(Some(next)) => next,
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            };
+            params.push(next.params);
+            answers.push(next.written);
+        }
+        let written = write_batch(storage.as_ref(), config.lease_ttl, &params).await;
+        for (answer, written) in answers.drain(..).zip(written) {
+            // An executor that stopped waiting has nothing left to report.
+            let _ = answer.send(written);
+        }
+        params.clear();
+    }
+}
+
+/// Write one batch of successes; what was written for each, in order. A success the
+/// batch left alone (a workflow task or a compensation) is then written by its own
+/// transaction.
+async fn write_batch(
+    storage: &dyn Storage,
+    lease_ttl: Duration,
+    params: &[TaskCompleteParams],
+) -> Vec<Option<bool>> {
+    let answers = match storage.task_complete_many_if_leased(params).await {
+        Ok(answers) if answers.len() == params.len() => answers,
+        Ok(answers) => {
+            error!(
+                size = params.len(),
+                answers = answers.len(),
+                "the completion batch answered for another number of tasks; writing each alone"
+            );
+            return write_each(storage, lease_ttl, params.iter()).await;
+        }
+        Err(e) => {
+            warn!(size = params.len(), error = %e, "the completion batch failed; writing each alone");
+            return write_each(storage, lease_ttl, params.iter()).await;
+        }
+    };
+    debug!(size = params.len(), "completion batch committed");
+    let alone = params
+        .iter()
+        .zip(&answers)
+        .filter(|(_, answer)| **answer == BatchCompletion::Alone)
+        .map(|(p, _)| p);
+    let mut alone = write_each(storage, lease_ttl, alone).await.into_iter();
+    answers
+        .into_iter()
+        .map(|answer| match answer {
+            BatchCompletion::Landed => Some(true),
+            BatchCompletion::Lost => Some(false),
+            // In the order given, one for each success left alone.
+            BatchCompletion::Alone => alone.next().flatten(),
+        })
+        .collect()
+}
+
+/// Write each success by its own transaction, retried on transient errors. A success
+/// of a batch whose commit failed after all is then found finished: reported as lost,
+/// but nothing is written twice.
+async fn write_each<'a>(
+    storage: &'a dyn Storage,
+    lease_ttl: Duration,
+    params: impl Iterator<Item = &'a TaskCompleteParams>,
+) -> Vec<Option<bool>> {
+    futures::future::join_all(params.map(|p| {
+        with_retries(lease_ttl, p.lease, move || {
+            storage.task_complete_if_leased(p)
+        })
+    }))
+    .await
 }
 
 async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {

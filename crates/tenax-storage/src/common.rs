@@ -347,6 +347,29 @@ pub(crate) fn resolve_many(
     Ok(out)
 }
 
+/// Refuse a completion batch longer than [`crate::COMPLETE_MANY_MAX`].
+pub(crate) fn check_complete_many(params: &[crate::TaskCompleteParams]) -> Result<()> {
+    if params.len() > crate::COMPLETE_MANY_MAX {
+        return Err(InvalidInput::new(
+            "completions",
+            format!(
+                "at most {} per call, got {}",
+                crate::COMPLETE_MANY_MAX,
+                params.len()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Which items of a completion batch name a lease already named earlier in it: those
+/// can never land, and are answered `false` without being written.
+pub(crate) fn repeated_leases(params: &[crate::TaskCompleteParams]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::with_capacity(params.len());
+    params.iter().map(|p| !seen.insert(p.lease)).collect()
+}
+
 #[cfg(test)]
 mod keyed_tests {
     use super::*;

@@ -317,7 +317,28 @@ pub trait Storage: Send + Sync + 'static {
     /// most `limit` (read through the index of finished tasks, however many the table
     /// keeps). What a dashboard charts for the last hour.
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>>;
+
+    /// Complete many tasks in one transaction, each exactly as
+    /// [`Storage::task_complete_if_leased`] would: a task is marked succeeded only if it
+    /// is still `running` under its lease's epoch, and its attempt-history entry is
+    /// closed. Answers per item, in the order given ([`BatchCompletion`]): landed, lease
+    /// lost (nothing of it written; also for a lease named earlier in the batch), or
+    /// left alone. A backend may leave alone (write nothing for) a task whose completion
+    /// moves other tasks — a workflow task or a compensation — for the caller to
+    /// complete with [`Storage::task_complete_if_leased`]; a backend that completes it
+    /// in the batch moves its dependents as that method would.
+    ///
+    /// Nothing is written unless the whole batch commits: an error means none of the
+    /// items landed by this call. At most [`COMPLETE_MANY_MAX`] items per call; more is
+    /// [`StorageError::Invalid`].
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<BatchCompletion>>;
 }
+
+/// Most completions [`Storage::task_complete_many_if_leased`] takes in one call.
+pub const COMPLETE_MANY_MAX: usize = 1000;
 
 /// Open the backend a URL names and apply its migrations.
 ///

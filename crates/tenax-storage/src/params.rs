@@ -171,6 +171,23 @@ pub struct TaskCompleteParams {
     pub now: Option<DateTime<Utc>>,
 }
 
+/// What [`Storage::task_complete_many_if_leased`](crate::Storage::task_complete_many_if_leased)
+/// did with one completion of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchCompletion {
+    /// Written with the batch: the task succeeded.
+    Landed,
+    /// The lease was lost (the task is no longer `running` under that epoch, or the
+    /// lease was named earlier in the batch): nothing was written.
+    Lost,
+    /// Not written: the lease holds, but the task's completion moves other tasks (a
+    /// workflow task or a compensation), so it is left to
+    /// [`Storage::task_complete_if_leased`](crate::Storage::task_complete_if_leased),
+    /// in a transaction of its own that holds rows shared with other workers' tasks
+    /// only briefly.
+    Alone,
+}
+
 /// What happens after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailNext {

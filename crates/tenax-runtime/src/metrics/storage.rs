@@ -231,4 +231,14 @@ impl Storage for InstrumentedStorage {
     ) -> Result<Vec<TaskRecord>> {
         timed("task_list_finished", self.inner.task_list_finished(params)).await
     }
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<tenax_storage::BatchCompletion>> {
+        timed(
+            "task_complete_many_if_leased",
+            self.inner.task_complete_many_if_leased(params),
+        )
+        .await
+    }
 }

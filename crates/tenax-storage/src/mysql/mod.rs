@@ -613,6 +613,43 @@ async fn close_attempt(
     Ok(())
 }
 
+/// Complete one leased task inside `tx` at `now`, as
+/// [`Storage::task_complete_if_leased`] does: `None` (and nothing written) when the
+/// lease was lost, else whether tasks that depend on it became due.
+async fn complete_in(
+    tx: &mut Transaction<'static, MySql>,
+    params: &TaskCompleteParams,
+    now: DbTime,
+) -> Result<Option<bool>> {
+    let Some(task) = lock_leased(tx, params.lease).await? else {
+        return Ok(None);
+    };
+    let done = sqlx::query(
+        "UPDATE tenax_tasks
+         SET status = 'succeeded', result = ?, finished_at = ?, updated_at = ?,
+             lease_owner = NULL, lease_expires_at = NULL
+         WHERE id = ? AND status = 'running' AND lease_epoch = ?",
+    )
+    .bind(params.result.as_deref())
+    .bind(now)
+    .bind(now)
+    .bind(params.lease.id.0)
+    .bind(params.lease.epoch)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    if done.rows_affected() != 1 {
+        return Ok(None);
+    }
+    close_attempt(tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
+    if task.kind == TaskKind::Compensate {
+        record_compensation(tx, task.parent_id, params.compensation, now).await?;
+    }
+    let mut done = task;
+    done.status = TaskStatus::Succeeded;
+    Ok(Some(workflows::after_finish(tx, &done, now).await?))
+}
+
 /// Lock the task a lease names; `None` when it is no longer `running` under that epoch.
 async fn lock_leased(
     tx: &mut Transaction<'static, MySql>,
@@ -864,40 +901,126 @@ impl MySqlStorage {
     async fn complete_once(&self, params: &TaskCompleteParams) -> Result<bool> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let Some(task) = lock_leased(&mut tx, params.lease).await? else {
+        let Some(woke) = complete_in(&mut tx, params, now).await? else {
             tx.rollback().await.map_err(map_err)?;
             return Ok(false);
         };
-        let done = sqlx::query(
-            "UPDATE tenax_tasks
-             SET status = 'succeeded', result = ?, finished_at = ?, updated_at = ?,
-                 lease_owner = NULL, lease_expires_at = NULL
-             WHERE id = ? AND status = 'running' AND lease_epoch = ?",
-        )
-        .bind(params.result.as_deref())
-        .bind(now)
-        .bind(now)
-        .bind(params.lease.id.0)
-        .bind(params.lease.epoch)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if done.rows_affected() != 1 {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        }
-        close_attempt(&mut tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
-        if task.kind == TaskKind::Compensate {
-            record_compensation(&mut tx, task.parent_id, params.compensation, now).await?;
-        }
-        let mut done = task;
-        done.status = TaskStatus::Succeeded;
-        let woke = workflows::after_finish(&mut tx, &done, now).await?;
         tx.commit().await.map_err(map_err)?;
         if woke {
             self.wake();
         }
         Ok(true)
+    }
+
+    /// One attempt at [`Storage::task_complete_many_if_leased`]: lock the batch's
+    /// running tasks in one statement, complete the plain ones (no workflow, not a
+    /// compensation) with one multi-row `UPDATE` of the tasks and one of their
+    /// attempts, in one transaction; the others are left alone.
+    async fn complete_many_once(
+        &self,
+        params: &[TaskCompleteParams],
+        repeated: &[bool],
+    ) -> Result<Vec<BatchCompletion>> {
+        let mut tx = self.begin().await?;
+        let db_now = clock(&mut tx, None).await?;
+        let mut qb = QueryBuilder::new(
+            "SELECT id, lease_epoch,
+                    CAST(kind = 'execute' AND workflow_id IS NULL AS SIGNED) AS plain
+             FROM tenax_tasks WHERE status = 'running' AND id IN ",
+        );
+        push_list(&mut qb, params.iter().map(|p| p.lease.id.0));
+        qb.push(" ORDER BY id FOR UPDATE");
+        let locked: Vec<(i64, i64, i64)> = qb
+            .build_query_as()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let plain_leases: std::collections::HashSet<(i64, i64)> = locked
+            .iter()
+            .filter(|(_, _, plain)| *plain == 1)
+            .map(|(id, epoch, _)| (*id, *epoch))
+            .collect();
+        let held: std::collections::HashSet<(i64, i64)> = locked
+            .into_iter()
+            .map(|(id, epoch, _)| (id, epoch))
+            .collect();
+        let plain: Vec<(&TaskCompleteParams, DbTime)> = params
+            .iter()
+            .zip(repeated)
+            .filter(|(p, repeated)| {
+                !**repeated && plain_leases.contains(&(p.lease.id.0, p.lease.epoch))
+            })
+            .map(|(p, _)| (p, p.now.map_or(db_now, storable)))
+            .collect();
+        if !plain.is_empty() {
+            let mut qb =
+                QueryBuilder::new("UPDATE tenax_tasks SET status = 'succeeded', result = CASE id");
+            for (p, _) in &plain {
+                qb.push(" WHEN ").push_bind(p.lease.id.0);
+                qb.push(" THEN ").push_bind(p.result.as_deref());
+            }
+            for column in ["finished_at", "updated_at"] {
+                qb.push(format!(" END, {column} = CASE id"));
+                for (p, now) in &plain {
+                    qb.push(" WHEN ").push_bind(p.lease.id.0);
+                    qb.push(" THEN ").push_bind(*now);
+                }
+            }
+            qb.push(" END, lease_owner = NULL, lease_expires_at = NULL");
+            qb.push(" WHERE status = 'running' AND id IN ");
+            push_list(&mut qb, plain.iter().map(|(p, _)| p.lease.id.0));
+            qb.push(" AND lease_epoch = CASE id");
+            for (p, _) in &plain {
+                qb.push(" WHEN ").push_bind(p.lease.id.0);
+                qb.push(" THEN ").push_bind(p.lease.epoch);
+            }
+            qb.push(" END");
+            let done = qb.build().execute(&mut *tx).await.map_err(map_err)?;
+            if done.rows_affected() != plain.len() as u64 {
+                // The rows are locked under these epochs: this cannot happen.
+                return Err(StorageError::Database(
+                    format!(
+                        "completed {} of {} locked tasks",
+                        done.rows_affected(),
+                        plain.len()
+                    )
+                    .into(),
+                ));
+            }
+            let mut qb = QueryBuilder::new(
+                "UPDATE tenax_attempts SET outcome = 'succeeded', error = NULL, finished_at = CASE task_id",
+            );
+            for (p, now) in &plain {
+                qb.push(" WHEN ").push_bind(p.lease.id.0);
+                qb.push(" THEN ").push_bind(*now);
+            }
+            qb.push(" END WHERE outcome = 'running' AND task_id IN ");
+            push_list(&mut qb, plain.iter().map(|(p, _)| p.lease.id.0));
+            qb.push(" AND epoch = CASE task_id");
+            for (p, _) in &plain {
+                qb.push(" WHEN ").push_bind(p.lease.id.0);
+                qb.push(" THEN ").push_bind(p.lease.epoch);
+            }
+            qb.push(" END");
+            qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(params
+            .iter()
+            .zip(repeated)
+            .map(|(p, repeated)| {
+                let lease = (p.lease.id.0, p.lease.epoch);
+                if *repeated {
+                    BatchCompletion::Lost
+                } else if plain_leases.contains(&lease) {
+                    BatchCompletion::Landed
+                } else if held.contains(&lease) {
+                    BatchCompletion::Alone
+                } else {
+                    BatchCompletion::Lost
+                }
+            })
+            .collect())
     }
 
     async fn fail_once(&self, params: &TaskFailParams, error: &str) -> Result<bool> {
@@ -1545,5 +1668,16 @@ impl Storage for MySqlStorage {
         .await
         .map_err(map_err)?;
         rows.iter().map(task_from_row).collect()
+    }
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<BatchCompletion>> {
+        crate::common::check_complete_many(params)?;
+        if params.is_empty() {
+            return Ok(Vec::new());
+        }
+        let repeated = crate::common::repeated_leases(params);
+        retrying(|| self.complete_many_once(params, &repeated)).await
     }
 }

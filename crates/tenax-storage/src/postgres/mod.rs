@@ -17,6 +17,7 @@
 //!   covers the rest.
 //! - `?schema=NAME` in the URL keeps Tenax's tables (and migration history) in that
 //!   schema, so several applications can share one database.
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -393,6 +394,115 @@ async fn close_attempt(
     Ok(())
 }
 
+/// Complete one leased task inside `tx`, as [`Storage::task_complete_if_leased`]
+/// does: `None` (and nothing written) when the lease was lost, else whether tasks that
+/// depend on it became due.
+async fn complete_in(
+    tx: &mut Transaction<'static, Postgres>,
+    params: &TaskCompleteParams,
+) -> Result<Option<bool>> {
+    let row = sqlx::query(&format!(
+        "UPDATE tenax_tasks
+         SET status = 'succeeded', result = $2, finished_at = {NOW}, updated_at = {NOW},
+             lease_owner = NULL, lease_expires_at = NULL
+         WHERE id = $3 AND status = 'running' AND lease_epoch = $4
+         RETURNING {TASK_COLUMNS}, workflow_id"
+    ))
+    .bind(params.now)
+    .bind(params.result.as_deref())
+    .bind(params.lease.id.0)
+    .bind(params.lease.epoch)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let task = task_from_row(&row)?;
+    let workflow: Option<i64> = row.try_get("workflow_id").map_err(map_err)?;
+    close_attempt(
+        tx,
+        params.now,
+        params.lease,
+        AttemptOutcome::Succeeded,
+        None,
+    )
+    .await?;
+    if task.kind == TaskKind::Compensate {
+        record_compensation(tx, params.now, task.parent_id, params.compensation).await?;
+    }
+    // Only a workflow's tasks (and compensations, which may belong to a saga) move
+    // other tasks.
+    let woke = if workflow.is_some() || task.kind == TaskKind::Compensate {
+        workflows::after_finish(tx, params.now, &task).await?
+    } else {
+        false
+    };
+    Ok(Some(woke))
+}
+
+/// Complete, in one statement, the items of a batch whose task is a plain one (no
+/// workflow, not a compensation) still `running` under the item's epoch, closing
+/// their attempt-history entries in the same statement; returns the ids that landed.
+/// Other items are left untouched.
+async fn complete_plain_in(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[&TaskCompleteParams],
+) -> Result<Vec<(i64, i64)>> {
+    let ids: Vec<i64> = items.iter().map(|p| p.lease.id.0).collect();
+    let epochs: Vec<i64> = items.iter().map(|p| p.lease.epoch).collect();
+    let results: Vec<Option<&str>> = items.iter().map(|p| p.result.as_deref()).collect();
+    let nows: Vec<Option<DateTime<Utc>>> = items.iter().map(|p| p.now).collect();
+    sqlx::query_as(
+        "WITH b AS (
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[])
+                 AS b(id, epoch, result, at)
+         ), done AS (
+             UPDATE tenax_tasks t
+             SET status = 'succeeded', result = b.result,
+                 finished_at = COALESCE(b.at, now()), updated_at = COALESCE(b.at, now()),
+                 lease_owner = NULL, lease_expires_at = NULL
+             FROM b
+             WHERE t.id = b.id AND t.lease_epoch = b.epoch AND t.status = 'running'
+               AND t.kind = 'execute' AND t.workflow_id IS NULL
+             RETURNING t.id, t.lease_epoch, COALESCE(b.at, now()) AS at
+         ), closed AS (
+             UPDATE tenax_attempts a
+             SET finished_at = done.at, outcome = 'succeeded', error = NULL
+             FROM done
+             WHERE a.task_id = done.id AND a.epoch = done.lease_epoch AND a.outcome = 'running'
+         )
+         SELECT id, lease_epoch FROM done",
+    )
+    .bind(&ids)
+    .bind(&epochs)
+    .bind(&results)
+    .bind(&nows)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)
+}
+
+/// The leases among `items` that still hold (`running` under that epoch).
+async fn held_leases(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[&TaskCompleteParams],
+) -> Result<Vec<(i64, i64)>> {
+    let ids: Vec<i64> = items.iter().map(|p| p.lease.id.0).collect();
+    let epochs: Vec<i64> = items.iter().map(|p| p.lease.epoch).collect();
+    sqlx::query_as(
+        "SELECT t.id, t.lease_epoch FROM tenax_tasks t
+         JOIN unnest($1::bigint[], $2::bigint[]) AS l(id, epoch)
+           ON t.id = l.id AND t.lease_epoch = l.epoch
+         WHERE t.status = 'running'",
+    )
+    .bind(&ids)
+    .bind(&epochs)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)
+}
+
 /// Record what a finished compensation means for the task it compensates.
 async fn record_compensation(
     tx: &mut Transaction<'static, Postgres>,
@@ -602,44 +712,9 @@ impl Storage for PgStorage {
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
         self.timed(async {
             let mut tx = self.begin().await?;
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = 'succeeded', result = $2, finished_at = {NOW}, updated_at = {NOW},
-                     lease_owner = NULL, lease_expires_at = NULL
-                 WHERE id = $3 AND status = 'running' AND lease_epoch = $4
-                 RETURNING {TASK_COLUMNS}, workflow_id"
-            ))
-            .bind(params.now)
-            .bind(params.result.as_deref())
-            .bind(params.lease.id.0)
-            .bind(params.lease.epoch)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            let Some(row) = row else {
+            let Some(woke) = complete_in(&mut tx, params).await? else {
                 tx.rollback().await.map_err(map_err)?;
                 return Ok(false);
-            };
-            let task = task_from_row(&row)?;
-            let workflow: Option<i64> = row.try_get("workflow_id").map_err(map_err)?;
-            close_attempt(
-                &mut tx,
-                params.now,
-                params.lease,
-                AttemptOutcome::Succeeded,
-                None,
-            )
-            .await?;
-            if task.kind == TaskKind::Compensate {
-                record_compensation(&mut tx, params.now, task.parent_id, params.compensation)
-                    .await?;
-            }
-            // Only a workflow's tasks (and compensations, which may belong to a saga)
-            // move other tasks.
-            let woke = if workflow.is_some() || task.kind == TaskKind::Compensate {
-                workflows::after_finish(&mut tx, params.now, &task).await?
-            } else {
-                false
             };
             tx.commit().await.map_err(map_err)?;
             if woke {
@@ -1029,6 +1104,60 @@ impl Storage for PgStorage {
             .await
             .map_err(map_err)?;
             rows.iter().map(task_from_row).collect()
+        })
+        .await
+    }
+
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<BatchCompletion>> {
+        crate::common::check_complete_many(params)?;
+        if params.is_empty() {
+            return Ok(Vec::new());
+        }
+        let repeated = crate::common::repeated_leases(params);
+        let first: Vec<&TaskCompleteParams> = params
+            .iter()
+            .zip(&repeated)
+            .filter(|(_, repeated)| !**repeated)
+            .map(|(p, _)| p)
+            .collect();
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let landed: HashSet<(i64, i64)> = complete_plain_in(&mut tx, &first)
+                .await?
+                .into_iter()
+                .collect();
+            // The leases that did not land but still hold are those of workflow tasks
+            // and compensations: left alone, for the one-task path.
+            let missed: Vec<&TaskCompleteParams> = first
+                .iter()
+                .copied()
+                .filter(|p| !landed.contains(&(p.lease.id.0, p.lease.epoch)))
+                .collect();
+            let alone: HashSet<(i64, i64)> = if missed.is_empty() {
+                HashSet::new()
+            } else {
+                held_leases(&mut tx, &missed).await?.into_iter().collect()
+            };
+            tx.commit().await.map_err(map_err)?;
+            Ok(params
+                .iter()
+                .zip(&repeated)
+                .map(|(p, repeated)| {
+                    let lease = (p.lease.id.0, p.lease.epoch);
+                    if *repeated {
+                        BatchCompletion::Lost
+                    } else if landed.contains(&lease) {
+                        BatchCompletion::Landed
+                    } else if alone.contains(&lease) {
+                        BatchCompletion::Alone
+                    } else {
+                        BatchCompletion::Lost
+                    }
+                })
+                .collect())
         })
         .await
     }

@@ -284,6 +284,39 @@ async fn on_death(
     }
 }
 
+/// Complete one leased task inside `tx` at `now`, as
+/// [`Storage::task_complete_if_leased`] does: `None` (and nothing written) when the
+/// lease was lost, else whether tasks that depend on it became due.
+async fn complete_in(
+    tx: &mut Transaction<'static, Sqlite>,
+    params: &TaskCompleteParams,
+    now: i64,
+) -> Result<Option<bool>> {
+    let row = sqlx::query(&format!(
+        "UPDATE tenax_tasks
+         SET status = 'succeeded', result = ?1, finished_at = ?2, updated_at = ?2,
+             lease_owner = NULL, lease_expires_at = NULL
+         WHERE id = ?3 AND status = 'running' AND lease_epoch = ?4
+         RETURNING {TASK_COLUMNS}"
+    ))
+    .bind(params.result.as_deref())
+    .bind(now)
+    .bind(params.lease.id.0)
+    .bind(params.lease.epoch)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let task = task_from_row(&row)?;
+    close_attempt(tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
+    if task.kind == TaskKind::Compensate {
+        record_compensation(tx, task.parent_id, params.compensation, now).await?;
+    }
+    Ok(Some(workflows::after_finish(tx, &task, now).await?))
+}
+
 async fn close_attempt(
     tx: &mut Transaction<'static, Sqlite>,
     lease: Lease,
@@ -582,30 +615,10 @@ impl Storage for SqliteStorage {
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = 'succeeded', result = ?1, finished_at = ?2, updated_at = ?2,
-                 lease_owner = NULL, lease_expires_at = NULL
-             WHERE id = ?3 AND status = 'running' AND lease_epoch = ?4
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(params.result.as_deref())
-        .bind(now)
-        .bind(params.lease.id.0)
-        .bind(params.lease.epoch)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let Some(row) = row else {
+        let Some(woke) = complete_in(&mut tx, params, now).await? else {
             tx.rollback().await.map_err(map_err)?;
             return Ok(false);
         };
-        let task = task_from_row(&row)?;
-        close_attempt(&mut tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
-        if task.kind == TaskKind::Compensate {
-            record_compensation(&mut tx, task.parent_id, params.compensation, now).await?;
-        }
-        let woke = workflows::after_finish(&mut tx, &task, now).await?;
         tx.commit().await.map_err(map_err)?;
         if woke {
             self.wake();
@@ -1061,5 +1074,41 @@ impl Storage for SqliteStorage {
         .await
         .map_err(map_err)?;
         rows.iter().map(task_from_row).collect()
+    }
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<BatchCompletion>> {
+        crate::common::check_complete_many(params)?;
+        if params.is_empty() {
+            return Ok(Vec::new());
+        }
+        let repeated = crate::common::repeated_leases(params);
+        // One `BEGIN IMMEDIATE` (one fsync) for the batch; each statement is prepared
+        // once per connection and run per item. Workflow tasks and compensations are
+        // completed here too: the single writer holds no row another writer waits for.
+        let mut tx = self.begin().await?;
+        let db_now = clock(&mut tx, None).await?;
+        let mut landed = Vec::with_capacity(params.len());
+        let mut woke = false;
+        for (item, repeated) in params.iter().zip(repeated) {
+            if repeated {
+                landed.push(BatchCompletion::Lost);
+                continue;
+            }
+            let now = item.now.map_or(db_now, |at| at.timestamp_millis());
+            match complete_in(&mut tx, item, now).await? {
+                Some(w) => {
+                    woke |= w;
+                    landed.push(BatchCompletion::Landed);
+                }
+                None => landed.push(BatchCompletion::Lost),
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
+        }
+        Ok(landed)
     }
 }

@@ -17,6 +17,7 @@ pub use super::bulk_insert::{
     concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
 };
 pub use super::claims::*;
+pub use super::completions::*;
 pub use super::keys::*;
 pub use super::observability::*;
 pub use super::outbox::*;

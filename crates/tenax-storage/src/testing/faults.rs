@@ -247,4 +247,13 @@ impl Storage for FaultyStorage {
     ) -> Result<Vec<TaskRecord>> {
         self.inner.task_list_finished(params).await
     }
+    async fn task_complete_many_if_leased(
+        &self,
+        params: &[TaskCompleteParams],
+    ) -> Result<Vec<crate::BatchCompletion>> {
+        // The batch fails with the one-task completion: a test that breaks completions
+        // breaks both paths.
+        self.check(StorageMethod::Complete)?;
+        self.inner.task_complete_many_if_leased(params).await
+    }
 }

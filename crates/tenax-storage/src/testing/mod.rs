@@ -19,6 +19,7 @@ mod alert_state;
 mod bulk;
 pub mod bulk_insert;
 mod claims;
+mod completions;
 pub mod conformance;
 mod faults;
 mod keys;
@@ -318,6 +319,9 @@ macro_rules! conformance_tests {
                 an_outbox_retry_past_its_maximum_age_expires,
                 concurrent_outbox_claimers_take_each_row_once,
                 an_alert_changes_state_once_per_transition,
+                a_completion_batch_lands_exactly_where_the_lease_holds,
+                an_empty_or_oversized_completion_batch_writes_nothing,
+                a_completion_batch_runs_workflow_and_compensation_effects,
             );
         }
     };
