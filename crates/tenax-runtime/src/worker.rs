@@ -610,6 +610,16 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         crate::metrics::attempt_ended(&task, outcome);
         return;
     };
+    if let Some(why) = older_attempts_done(shared, lease, &lost, &deadline_rx).await {
+        let how = Ending {
+            cancel_requested: false,
+            backlog: 0,
+        };
+        let decision = decide(&task, Ended::Fenced(why), &handler.retry_policy(), how);
+        let outcome = write_outcome(shared, lease, decision).await;
+        crate::metrics::attempt_ended(&task, outcome);
+        return;
+    }
     for hook in &shared.hooks {
         hook.before(&ctx).await;
     }
@@ -655,6 +665,41 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     let decision = decide(&task, ended, &policy, how);
     let outcome = write_outcome(shared, lease, decision).await;
     crate::metrics::attempt_ended(&task, outcome);
+}
+
+/// Wait until no older attempt of this task runs in this process. A process paused
+/// past its lease (a stopped VM, a SIGSTOP) wakes up with its lease lost: its fenced
+/// attempt is told to stop, and meanwhile its claim loop may take the same task again
+/// under the next epoch. The new attempt starts only once the old one has returned,
+/// so one process never runs a task twice at once. `None` once no older attempt is
+/// left; `Some(why)` if this attempt's own lease was lost or went unrenewed meanwhile.
+async fn older_attempts_done(
+    shared: &Shared,
+    lease: Lease,
+    lost: &CancellationToken,
+    deadline: &watch::Receiver<Instant>,
+) -> Option<&'static str> {
+    let mut told = false;
+    loop {
+        let older = shared
+            .held()
+            .keys()
+            .any(|l| l.id == lease.id && l.epoch < lease.epoch);
+        if !older {
+            return None;
+        }
+        if !told {
+            told = true;
+            info!("an older attempt of this task is still stopping here; waiting for it");
+        }
+        if lost.is_cancelled() {
+            return Some("lease lost");
+        }
+        if *deadline.borrow() <= Instant::now() {
+            return Some("lease could not be renewed in time (self-fenced)");
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Counts an attempt in [`Shared::in_flight`] until it is dropped.

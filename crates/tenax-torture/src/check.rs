@@ -224,15 +224,17 @@ pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Resul
         }
     }
 
-    // I2: live lock violations, unless the holder was a paused process: an older
-    // execution that spanned a pause of its process, in another process or in the same
-    // one (resumed, it may claim the task again while its fenced handler still runs).
+    // I2: live lock violations, unless the holder was another, paused process. Within
+    // one process the worker itself keeps a new attempt waiting until an older one of
+    // the same task has returned, so a same-process overlap always counts.
     for (task_no, epoch, pid, at, what) in &violations {
         let paused_holder = by_task
             .iter()
             .filter(|((no, _), _)| *no == task_no)
             .flat_map(|(_, runs)| runs.iter())
-            .any(|e| e.epoch < *epoch && paused_between(e.pid, e.start_us, *at, &faults));
+            .any(|e| {
+                e.pid != *pid && e.epoch < *epoch && paused_between(e.pid, e.start_us, *at, &faults)
+            });
         if paused_holder {
             f.paused_overlaps += 1;
         } else {
@@ -248,7 +250,9 @@ pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Resul
             for b in &runs[i + 1..] {
                 if a.start_us < end_of(b) && b.start_us < end_of(a) {
                     let (older, newer) = if a.epoch <= b.epoch { (a, b) } else { (b, a) };
-                    if paused_between(older.pid, older.start_us, newer.start_us, &faults) {
+                    if older.pid != newer.pid
+                        && paused_between(older.pid, older.start_us, newer.start_us, &faults)
+                    {
                         // Counted with the live check when it fired; intervals only
                         // confirm it.
                         continue;
