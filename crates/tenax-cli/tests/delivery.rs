@@ -483,7 +483,7 @@ async fn signed_callbacks_are_delivered_once_across_a_receiver_outage() {
     let server = start_server(
         dir.path(),
         &format!(
-            "[worker]\nmetrics_addr = \"{metrics_addr}\"\n\
+            "[worker]\nmetrics_addr = \"{metrics_addr}\"\nmetrics_sample_interval = \"100ms\"\n\
              [server]\ncommand_types = [\"echo\"]\n\
              [callbacks]\nallow_hosts = [\"127.0.0.1:{}\"]\nsecret = \"{SECRET}\"\n\
              backoff_base = \"100ms\"\nbackoff_cap = \"400ms\"\npoll_interval = \"50ms\"\n",
@@ -539,6 +539,38 @@ async fn signed_callbacks_are_delivered_once_across_a_receiver_outage() {
     })
     .await;
     assert_eq!(failed.status, OutboxStatus::Pending);
+    // The sampler shows the undelivered callback, and how long it has waited.
+    let gauge = |name: &'static str| async move {
+        let scrape = client()
+            .get(format!("http://{metrics_addr}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        scrape
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("kind=\"callback\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse::<f64>().unwrap())
+    };
+    wait_for(
+        "the pending gauge at 1",
+        Duration::from_secs(30),
+        || async { (gauge("tenax_outbox_pending").await == Some(1.0)).then_some(()) },
+    )
+    .await;
+    wait_for(
+        "the oldest age to grow",
+        Duration::from_secs(30),
+        || async {
+            gauge("tenax_outbox_oldest_pending_age_seconds")
+                .await
+                .filter(|age| *age > 0.0)
+        },
+    )
+    .await;
     println!(
         "while down: {} attempts, last error {:?}",
         failed.attempts, failed.last_error
@@ -610,6 +642,13 @@ async fn signed_callbacks_are_delivered_once_across_a_receiver_outage() {
         counted("retried") >= 3.0,
         "two while down, one 500: {scrape}"
     );
+
+    wait_for(
+        "the pending gauge back at 0",
+        Duration::from_secs(30),
+        || async { (gauge("tenax_outbox_pending").await == Some(0.0)).then_some(()) },
+    )
+    .await;
 
     // Acknowledged once: nothing more arrives.
     let settled_at = Instant::now();
@@ -722,8 +761,14 @@ async fn a_burst_of_500_deaths_is_alerted_with_each_death_in_exactly_one_message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queue_backlog_alert_fires_and_resolves_once() {
-    let webhook = Receiver::start(Script::default()).await;
+async fn a_queue_backlog_alert_fires_and_resolves_once_across_a_webhook_outage() {
+    // The webhook is down for the first two attempts: the firing message waits in the
+    // outbox and is sent again, under the same delivery id, until acknowledged.
+    let webhook = Receiver::start(Script {
+        answers: VecDeque::from([(503, Vec::new(), "down"), (502, Vec::new(), "down")]),
+        ..Script::default()
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
     // `nobody` is accepted but no worker runs it: its tasks make a backlog.
     let server = start_server(
@@ -731,14 +776,17 @@ async fn a_queue_backlog_alert_fires_and_resolves_once() {
         &format!(
             "[server]\ncommand_types = [\"echo\", \"nobody\"]\n\
              [alerts]\nwebhook_url = \"http://{}/slack\"\ncheck_interval = \"100ms\"\n\
+             poll_interval = \"50ms\"\nbackoff_base = \"100ms\"\nbackoff_cap = \"200ms\"\n\
              [alerts.queues.default]\nmax_backlog = 5\n",
             webhook.addr
         ),
     );
+    // The acknowledged backlog messages (the two refused attempts come first).
     let backlog_messages = || -> Vec<Value> {
         webhook
             .seen()
             .iter()
+            .skip(2)
             .map(|s| serde_json::from_slice::<Value>(&s.body).unwrap())
             .filter(|m| m["tenax"]["kind"] == "backlog")
             .collect()
@@ -753,6 +801,19 @@ async fn a_queue_backlog_alert_fires_and_resolves_once() {
     })
     .await;
     assert_eq!(fired["tenax"]["firing"], true, "{fired}");
+    let attempts = webhook.seen();
+    let delivery = |s: &Seen| s.headers["tenax-delivery-id"].to_str().unwrap().to_owned();
+    assert_eq!(
+        attempts.len(),
+        3,
+        "two refused attempts, then the acknowledged one"
+    );
+    assert!(
+        attempts
+            .iter()
+            .all(|s| s.body == attempts[0].body && delivery(s) == delivery(&attempts[0])),
+        "every attempt sends the same message under the same delivery id"
+    );
     assert!(
         fired["text"].as_str().unwrap().contains("backlog is 6"),
         "{fired}"

@@ -292,7 +292,7 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
                 .all(|r| r["lastEvaluation"] != "0001-01-01T00:00:00Z"))
         .then(|| rules.into_iter().cloned().collect::<Vec<_>>())
     });
-    assert_eq!(groups.len(), 6, "{groups:#?}");
+    assert_eq!(groups.len(), 7, "{groups:#?}");
     for rule in &groups {
         assert_eq!(rule["health"], "ok", "{rule:#}");
     }

@@ -1,10 +1,16 @@
-//! Death alerts: the outbox's `death` rows, gathered for a short window and sent to
-//! the webhook as one Slack-style message (`{"text": ...}`) per batch. A batch names
-//! its first deaths one by one and counts the rest by command type, so a storm of
-//! deaths makes a few messages, not thousands. All rows of a message are settled by one
+//! Alerts to a webhook, all delivered through the outbox.
+//!
+//! Death alerts: the outbox's `death` rows, gathered for a short window and sent to the
+//! webhook as one Slack-style message (`{"text": ...}`) per batch. A batch names its
+//! first deaths one by one and counts the rest by command type, so a storm of deaths
+//! makes a few messages, not thousands. All rows of a message are settled by one
 //! conditional statement: every death appears in exactly one acknowledged message
 //! (unless a sender's claim lapses while its webhook hangs longer than the lease, when
 //! the message may be repeated; its `tenax.delivery_ids` let a receiver tell).
+//!
+//! Queue threshold alerts: the outbox's `alert` rows, one message each, written with the
+//! recorded change of a threshold's state ([`BacklogAlerter`]) and posted by the same
+//! sender ([`DeathAlerter::deliver_queue_alerts`]).
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,9 +57,18 @@ impl DeathAlerter {
         }))
     }
 
-    /// Send alerts until `shutdown`. A storage error is logged and retried.
+    /// Send alerts until `shutdown`: death alerts, and the queue threshold alerts
+    /// that [`BacklogAlerter`] writes to the outbox. A storage error is logged and
+    /// retried.
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
+            let sent_alerts = match self.deliver_queue_alerts().await {
+                Ok(n) => n > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming queue alerts failed; retrying");
+                    false
+                }
+            };
             let wait = match self.alert_due().await {
                 Ok(Some(wait)) => wait,
                 Ok(None) => self.config.poll_interval,
@@ -62,12 +77,75 @@ impl DeathAlerter {
                     self.config.poll_interval
                 }
             };
+            let wait = if sent_alerts { Duration::ZERO } else { wait };
             if wait.is_zero() && !shutdown.is_cancelled() {
                 continue;
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// One round of queue threshold alerts: claim the due `alert` rows and post each
+    /// once, as its own message under its own delivery id. Returns how many were
+    /// claimed.
+    pub async fn deliver_queue_alerts(&self) -> Result<usize, StorageError> {
+        let rows = self
+            .storage
+            .outbox_claim(&OutboxClaimParams {
+                kind: OutboxKind::Alert,
+                limit: 50,
+                lease: self.config.timeout * 2 + Duration::from_secs(30),
+                now: None,
+            })
+            .await?;
+        for row in &rows {
+            let posted = deliver::post(
+                &self.client,
+                &self.url,
+                &row.body,
+                &row.delivery_id,
+                self.secret.as_deref(),
+            )
+            .await;
+            let outcome = self.outcome(posted, row.attempts, "queue alert");
+            let settled = self
+                .storage
+                .outbox_settle(&OutboxSettleParams {
+                    claims: vec![row.claim()],
+                    outcome: outcome.clone(),
+                    now: None,
+                })
+                .await;
+            match settled {
+                Ok(n) => deliver::count(OutboxKind::Alert, &outcome, n),
+                // The claim lapses and the row is posted again, under the same id.
+                Err(e) => {
+                    tracing::warn!(delivery_id = %row.delivery_id, error = %e, "recording a queue alert failed");
+                }
+            }
+        }
+        Ok(rows.len())
+    }
+
+    /// The outbox outcome of one POST: delivered, or retried after the backoff of
+    /// its attempt (longer if the receiver asked), until the maximum age.
+    fn outcome(&self, posted: Posted, attempts: u32, what: &str) -> OutboxOutcome {
+        match posted {
+            Posted::Acknowledged => OutboxOutcome::Delivered,
+            Posted::Failed(error, after) => {
+                let delay =
+                    deliver::backoff(attempts, self.config.backoff_base, self.config.backoff_cap);
+                tracing::warn!(%error, ?delay, "{what} failed; retrying");
+                OutboxOutcome::Retry {
+                    delay: after
+                        .map_or(delay, |a| a.max(delay))
+                        .min(self.config.max_age),
+                    max_age: self.config.max_age,
+                    error,
+                }
             }
         }
     }
@@ -122,21 +200,7 @@ impl DeathAlerter {
             self.secret.as_deref(),
         )
         .await;
-        let outcome = match posted {
-            Posted::Acknowledged => OutboxOutcome::Delivered,
-            Posted::Failed(error, after) => {
-                let delay =
-                    deliver::backoff(attempts, self.config.backoff_base, self.config.backoff_cap);
-                tracing::warn!(deaths = rows.len(), %error, ?delay, "death alert failed; retrying");
-                OutboxOutcome::Retry {
-                    delay: after
-                        .map_or(delay, |a| a.max(delay))
-                        .min(self.config.max_age),
-                    max_age: self.config.max_age,
-                    error,
-                }
-            }
-        };
+        let outcome = self.outcome(posted, attempts, "death alert");
         let delivered = outcome == OutboxOutcome::Delivered;
         let claims = rows.iter().map(OutboxRecord::claim).collect();
         let settled = self
@@ -215,14 +279,15 @@ pub struct QueueThresholds {
     pub max_oldest_age: Option<Duration>,
 }
 
-/// Sends an alert when a queue's backlog or oldest due age passes its threshold, and
-/// again when it is back under: on transitions only, recorded in the database so that
-/// one node reports each. Run it with [`BacklogAlerter::run`].
+/// Records when a queue's backlog or oldest due age passes its threshold, and when it
+/// is back under: on transitions only, recorded in the database so that one node
+/// reports each. The message of each change is written to the outbox in the same
+/// transaction ([`Storage::alert_transition`]), and [`DeathAlerter`] delivers it to the
+/// webhook with retries, so a change reported while the webhook is down is sent when
+/// it is back. Run it with [`BacklogAlerter::run`].
 pub struct BacklogAlerter {
     storage: Arc<dyn Storage>,
-    client: reqwest::Client,
     config: AlertsConfig,
-    url: String,
 }
 
 impl BacklogAlerter {
@@ -232,20 +297,10 @@ impl BacklogAlerter {
         config: AlertsConfig,
     ) -> Result<Option<Self>, ConfigError> {
         config.validate()?;
-        let Some(url) = config.webhook_url.clone() else {
-            return Ok(None);
-        };
-        if config.queues.is_empty() {
+        if config.webhook_url.is_none() || config.queues.is_empty() {
             return Ok(None);
         }
-        let client = deliver::client(config.timeout)
-            .map_err(|e| config_err("alerts", format!("cannot build an HTTP client: {e}")))?;
-        Ok(Some(Self {
-            storage,
-            client,
-            config,
-            url,
-        }))
+        Ok(Some(Self { storage, config }))
     }
 
     /// Check every `check_interval` until `shutdown`.
@@ -261,14 +316,14 @@ impl BacklogAlerter {
         }
     }
 
-    /// One check: read the queues' statistics, record each threshold's state, and
-    /// send a message for each change this node recorded. Returns how many were sent.
+    /// One check: read the queues' statistics and record each threshold's state,
+    /// with the message of each change. Returns how many changes this node recorded.
     pub async fn check_once(&self) -> Result<usize, StorageError> {
         let stats = self
             .storage
             .queue_stats(&tenax_storage::QueueStatsParams { now: None })
             .await?;
-        let mut sent = 0;
+        let mut recorded = 0;
         for (queue, limits) in &self.config.queues {
             let stat = stats.iter().find(|s| &s.queue == queue);
             let backlog = stat.map_or(0, |s| s.backlog);
@@ -293,41 +348,30 @@ impl BacklogAlerter {
                 ));
             }
             for (alert, firing, detail) in checks {
-                let params = AlertTransitionParams {
-                    queue: queue.clone(),
-                    alert: alert.to_owned(),
-                    firing,
-                    now: None,
-                };
-                if !self.storage.alert_transition(&params).await? {
-                    continue;
-                }
                 let text = if firing {
                     format!("Queue `{queue}`: {detail}")
                 } else {
                     format!("Resolved: queue `{queue}` {detail}")
                 };
-                let body = json!({
+                let message = json!({
                     "text": text,
                     "tenax": {"kind": alert, "queue": queue, "firing": firing,
                               "backlog": backlog, "oldest_due_age_seconds": age.as_secs_f64()},
                 })
                 .to_string();
-                let id = format!("{queue}:{alert}:{}", rand::random::<u64>());
-                match deliver::post(&self.client, &self.url, &body, &id, None).await {
-                    Posted::Acknowledged => sent += 1,
-                    Posted::Failed(error, _) => {
-                        // Undo the recorded change so that the next check sends it again.
-                        tracing::warn!(%queue, alert, %error, "queue alert failed; retrying at the next check");
-                        let undo = AlertTransitionParams {
-                            firing: !firing,
-                            ..params
-                        };
-                        self.storage.alert_transition(&undo).await?;
-                    }
+                let params = AlertTransitionParams {
+                    queue: queue.clone(),
+                    alert: alert.to_owned(),
+                    firing,
+                    message: Some(message),
+                    now: None,
+                };
+                if self.storage.alert_transition(&params).await? {
+                    tracing::info!(%queue, alert, firing, "queue threshold alert recorded");
+                    recorded += 1;
                 }
             }
         }
-        Ok(sent)
+        Ok(recorded)
     }
 }

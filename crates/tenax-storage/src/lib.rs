@@ -44,7 +44,7 @@ pub mod sqlite;
 pub mod testing;
 pub mod workflows;
 
-pub use alert_state::AlertTransitionParams;
+pub use alert_state::{AlertTransitionParams, ALERT_MESSAGE_MAX_BYTES};
 pub use bulk::{
     AUDIT_ACTION_MAX_BYTES, AUDIT_ACTOR_MAX_BYTES, AUDIT_DETAILS_MAX_BYTES, AUDIT_LIST_MAX,
     AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
@@ -53,8 +53,8 @@ pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PA
 pub use error::{Result, StorageError};
 pub use outbox::{
     OutboxClaim, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxPruneParams,
-    OutboxRecord, OutboxSettleParams, OutboxStatus, CALLBACK_URL_MAX_BYTES, OUTBOX_BATCH_MAX,
-    OUTBOX_ERROR_MAX_BYTES,
+    OutboxRecord, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
+    CALLBACK_URL_MAX_BYTES, OUTBOX_BATCH_MAX, OUTBOX_ERROR_MAX_BYTES,
 };
 pub use params::*;
 /// The sqlx version Tenax is built with, so a caller's transaction has the types the
@@ -335,6 +335,10 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>>;
+
+    /// The outbox's pending rows per kind: how many, and how long the oldest has
+    /// waited (database clock). A kind without pending rows is left out.
+    async fn outbox_stats(&self, params: &OutboxStatsParams) -> Result<Vec<OutboxStat>>;
 }
 
 /// Most completions [`Storage::task_complete_many_if_leased`] takes in one call.

@@ -1,4 +1,5 @@
-//! The outbox of outbound deliveries: completion callbacks and death alerts.
+//! The outbox of outbound deliveries: completion callbacks, death alerts and queue
+//! threshold alerts.
 //!
 //! A row is written by a database trigger on `tenax_tasks`, in the transaction that
 //! moves a task to `succeeded`, `dead` or `cancelled`: a `callback` row when the task
@@ -33,6 +34,10 @@ pub enum OutboxKind {
     Callback,
     /// A task died: material for the death alert.
     Death,
+    /// A queue threshold alert started or stopped firing: a message for the alert
+    /// webhook, written by [`Storage::alert_transition`](crate::Storage::alert_transition)
+    /// with the change it reports. It names no task (`task_id` 0).
+    Alert,
 }
 
 impl OutboxKind {
@@ -41,6 +46,7 @@ impl OutboxKind {
         match self {
             OutboxKind::Callback => "callback",
             OutboxKind::Death => "death",
+            OutboxKind::Alert => "alert",
         }
     }
 
@@ -49,6 +55,7 @@ impl OutboxKind {
         match name {
             "callback" => Ok(OutboxKind::Callback),
             "death" => Ok(OutboxKind::Death),
+            "alert" => Ok(OutboxKind::Alert),
             other => Err(StorageError::Corrupt(format!("outbox kind {other:?}"))),
         }
     }
@@ -202,6 +209,35 @@ pub struct OutboxPruneParams {
     pub older_than: Duration,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+}
+
+/// [`Storage::outbox_stats`](crate::Storage::outbox_stats).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutboxStatsParams {
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// The pending rows of one outbox kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxStat {
+    /// The kind.
+    pub kind: OutboxKind,
+    /// Rows waiting for (another) delivery attempt, claimed or not.
+    pub pending: u64,
+    /// How long the oldest of them has waited since it was written.
+    pub oldest_age: Duration,
+}
+
+/// A stat from one grouped row: the kind's name, its count, and the age of its oldest
+/// row in milliseconds (negative ages, from a clock override, count as zero).
+pub(crate) fn stat_from(kind: &str, pending: i64, oldest_age_ms: i64) -> Result<OutboxStat> {
+    Ok(OutboxStat {
+        kind: OutboxKind::parse(kind)?,
+        pending: u64::try_from(pending)
+            .map_err(|_| StorageError::Corrupt(format!("outbox count {pending}")))?,
+        oldest_age: Duration::from_millis(u64::try_from(oldest_age_ms).unwrap_or(0)),
+    })
 }
 
 fn check_limit(limit: u32) -> Result<()> {

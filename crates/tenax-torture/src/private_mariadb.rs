@@ -15,6 +15,7 @@ pub struct PrivateMariadb {
     port: u16,
     dir: tempfile::TempDir,
     server: Option<Child>,
+    binlog: bool,
 }
 
 /// Whether the MariaDB server tools are installed.
@@ -45,6 +46,16 @@ fn server_binary() -> PathBuf {
 impl PrivateMariadb {
     /// Create and start a private server.
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(false)
+    }
+
+    /// Create and start a private server with binary logging on (as a replicated
+    /// production server has it), which changes who may create triggers.
+    pub fn start_with_binlog() -> anyhow::Result<Self> {
+        Self::start_with(true)
+    }
+
+    fn start_with(binlog: bool) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("tenax-mariadb-")
             .tempdir()?;
@@ -68,6 +79,7 @@ impl PrivateMariadb {
             port: free_port()?,
             dir,
             server: None,
+            binlog,
         };
         db.launch()?;
         Ok(db)
@@ -85,7 +97,12 @@ impl PrivateMariadb {
             .arg(format!("--datadir={}", d.join("data").display()))
             .arg(format!("--socket={}", d.join("sock").display()))
             .arg(format!("--port={}", self.port))
-            .args(["--bind-address=127.0.0.1", "--skip-log-bin"])
+            .arg("--bind-address=127.0.0.1")
+            .arg(if self.binlog {
+                format!("--log-bin={}", d.join("binlog").display())
+            } else {
+                "--skip-log-bin".to_owned()
+            })
             .args([
                 "--innodb-buffer-pool-size=32M",
                 "--innodb-flush-log-at-trx-commit=1",

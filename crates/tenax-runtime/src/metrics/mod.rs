@@ -98,6 +98,10 @@ pub mod names {
     pub const STORAGE_CALL: &str = "tenax_storage_call_duration_seconds";
     /// Outbound delivery attempts (callbacks, death alerts), by outcome.
     pub const DELIVERIES: &str = "tenax_deliveries_total";
+    /// Outbox rows waiting for delivery, by kind (sampled).
+    pub const OUTBOX_PENDING: &str = "tenax_outbox_pending";
+    /// Age of the oldest undelivered outbox row, by kind (sampled).
+    pub const OUTBOX_OLDEST_AGE: &str = "tenax_outbox_oldest_pending_age_seconds";
 }
 
 /// Every metric Tenax records, in the order of the reference table.
@@ -228,7 +232,23 @@ pub const METRICS: &[MetricDef] = &[
         unit: "messages",
         labels: &["kind", "outcome"],
         source: "delivery",
-        help: "Outbox rows settled by this process's senders: kind=callback or death, outcome=delivered, retried or expired (a death alert counts each death it carries).",
+        help: "Outbox rows settled by this process's senders: kind=callback, death or alert, outcome=delivered, retried or expired (a death alert counts each death it carries).",
+    },
+    MetricDef {
+        name: names::OUTBOX_PENDING,
+        kind: MetricKind::Gauge,
+        unit: "messages",
+        labels: &["kind"],
+        source: "sampler",
+        help: "Outbox rows not yet acknowledged, by kind (callback, death, alert; 0 included), counted in the database: a receiver or webhook that is down makes it grow.",
+    },
+    MetricDef {
+        name: names::OUTBOX_OLDEST_AGE,
+        kind: MetricKind::Gauge,
+        unit: "seconds",
+        labels: &["kind"],
+        source: "sampler",
+        help: "How long the oldest unacknowledged outbox row of each kind has waited since its task finished (0 when none waits).",
     },
 ];
 

@@ -1,16 +1,16 @@
-//! The sampler: reads counts by queue and status, backlogs and oldest ages from the
-//! database at a bounded rate and sets the gauges.
+//! The sampler: reads counts by queue and status, backlogs and oldest ages, and the
+//! outbox's undelivered rows from the database at a bounded rate and sets the gauges.
 //!
 //! Every node that exports metrics runs its own sampler (no election): each reads the
 //! same database, so every node reports the same, cluster-wide values, and a
 //! dashboard takes `max by (queue, status)` over nodes. The cost is one grouped
-//! read-only statement per node per interval.
+//! read-only statement per node per interval, and one over the outbox.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tenax_core::TaskStatus;
-use tenax_storage::{QueueStatsParams, Storage, StorageError};
+use tenax_storage::{OutboxKind, OutboxStatsParams, QueueStatsParams, Storage, StorageError};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -46,6 +46,14 @@ pub async fn sample_once(
         ::metrics::gauge!(names::QUEUE_OLDEST_DUE_AGE, "queue" => queue.queue.clone()).set(age);
     }
     seen.extend(current);
+    let outbox = storage.outbox_stats(&OutboxStatsParams::default()).await?;
+    for kind in [OutboxKind::Callback, OutboxKind::Death, OutboxKind::Alert] {
+        let stat = outbox.iter().find(|s| s.kind == kind);
+        ::metrics::gauge!(names::OUTBOX_PENDING, "kind" => kind.as_str())
+            .set(stat.map_or(0.0, |s| s.pending as f64));
+        ::metrics::gauge!(names::OUTBOX_OLDEST_AGE, "kind" => kind.as_str())
+            .set(stat.map_or(0.0, |s| s.oldest_age.as_secs_f64()));
+    }
     let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
     ::metrics::gauge!(names::SAMPLE_TIMESTAMP).set(now);
     Ok(())

@@ -241,4 +241,11 @@ impl Storage for InstrumentedStorage {
         )
         .await
     }
+
+    async fn outbox_stats(
+        &self,
+        params: &tenax_storage::OutboxStatsParams,
+    ) -> Result<Vec<tenax_storage::OutboxStat>> {
+        timed("outbox_stats", self.inner.outbox_stats(params)).await
+    }
 }

@@ -1,6 +1,6 @@
 //! Threshold alert state on MariaDB/MySQL (see [`crate::alert_state`]).
 use super::{clock, map_err, MySqlStorage};
-use crate::alert_state::{validate_transition, AlertTransitionParams};
+use crate::alert_state::{alert_delivery_id, validate_transition, AlertTransitionParams};
 use crate::error::Result;
 
 impl MySqlStorage {
@@ -66,6 +66,19 @@ impl MySqlStorage {
             .rows_affected()
                 == 1
         };
+        if let (true, Some(message)) = (changed, &params.message) {
+            sqlx::query(
+                "INSERT INTO tenax_outbox (delivery_id, kind, task_id, url, body, next_attempt_at, created_at)
+                 VALUES (?, 'alert', 0, NULL, ?, ?, ?)",
+            )
+            .bind(alert_delivery_id())
+            .bind(message)
+            .bind(now)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
         tx.commit().await.map_err(map_err)?;
         Ok(changed)
     }

@@ -199,10 +199,11 @@ impl MySqlStorage {
         self.pool.begin().await.map_err(map_err)
     }
 
-    /// Migration 0010 creates a trigger. With binary logging on, that needs the SUPER
-    /// privilege or `log_bin_trust_function_creators = 1`; refuse before migrating
-    /// (DDL commits as it goes, so a failure inside the migration would leave it half
-    /// applied) with what to set.
+    /// Some migrations create triggers (0010: the outbox of callbacks and alerts). With
+    /// binary logging on, that needs the SUPER privilege or
+    /// `log_bin_trust_function_creators = 1`; refuse before migrating (DDL commits as it
+    /// goes, so a failure inside a migration would leave it half applied) with what to
+    /// set.
     async fn check_trigger_privilege(&self) -> Result<()> {
         let row = sqlx::query(
             "SELECT CAST(@@log_bin AS SIGNED) AS log_bin,
@@ -216,14 +217,19 @@ impl MySqlStorage {
         if log_bin == 0 || trust == 1 {
             return Ok(());
         }
-        // Already applied: nothing to create.
-        let applied: Option<i64> = sqlx::query_scalar(
-            "SELECT version FROM _sqlx_migrations WHERE version = 10 AND success = TRUE",
-        )
-        .fetch_optional(&self.pool)
-        .await
-        .unwrap_or(None);
-        if applied.is_some() {
+        // Nothing to do when every migration that creates a trigger is applied.
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = TRUE")
+                .fetch_all(&self.pool)
+                .await
+                .unwrap_or_default();
+        let pending: Vec<i64> = migrator()
+            .iter()
+            .filter(|m| m.sql.to_ascii_uppercase().contains("CREATE TRIGGER"))
+            .map(|m| m.version)
+            .filter(|v| !applied.contains(v))
+            .collect();
+        if pending.is_empty() {
             return Ok(());
         }
         let grants = sqlx::query("SHOW GRANTS")
@@ -240,14 +246,13 @@ impl MySqlStorage {
         if privileged {
             return Ok(());
         }
-        Err(StorageError::Migration(
-            "migration 0010 creates a trigger (the outbox of callbacks and alerts), and with \
-             binary logging on that needs the SUPER privilege or \
-             log_bin_trust_function_creators = 1: run `SET GLOBAL \
-             log_bin_trust_function_creators = 1` (and set it in the server's configuration) \
-             or migrate once as a user with SUPER"
-                .into(),
-        ))
+        Err(StorageError::Migration(format!(
+            "migrations {pending:?} create triggers (the outbox of callbacks and alerts), \
+                 and with binary logging on that needs the SUPER privilege or \
+                 log_bin_trust_function_creators = 1: run `SET GLOBAL \
+                 log_bin_trust_function_creators = 1` (and set it in the server's \
+                 configuration) or migrate once as a user with SUPER"
+        )))
     }
 }
 
@@ -1679,5 +1684,12 @@ impl Storage for MySqlStorage {
         }
         let repeated = crate::common::repeated_leases(params);
         retrying(|| self.complete_many_once(params, &repeated)).await
+    }
+
+    async fn outbox_stats(
+        &self,
+        params: &crate::OutboxStatsParams,
+    ) -> Result<Vec<crate::OutboxStat>> {
+        retrying(|| self.outbox_stats_impl(params)).await
     }
 }

@@ -8,8 +8,9 @@ use super::rows::{opt_text, text};
 use super::{clock, map_err, minus, plus, push_list, MySqlStorage};
 use crate::error::{Result, StorageError};
 use crate::outbox::{
-    settle_parts, validate_claim, validate_list, validate_settle, OutboxClaimParams, OutboxKind,
-    OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStatus,
+    settle_parts, stat_from, validate_claim, validate_list, validate_settle, OutboxClaimParams,
+    OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat,
+    OutboxStatsParams, OutboxStatus,
 };
 
 const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
@@ -175,5 +176,32 @@ impl MySqlStorage {
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
         Ok(done.rows_affected())
+    }
+
+    pub(super) async fn outbox_stats_impl(
+        &self,
+        params: &OutboxStatsParams,
+    ) -> Result<Vec<OutboxStat>> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let rows = sqlx::query(
+            "SELECT kind, COUNT(*) AS pending,
+                    CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), ?) DIV 1000 AS SIGNED) AS oldest_ms
+             FROM tenax_outbox WHERE status = 'pending' GROUP BY kind ORDER BY kind",
+        )
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                stat_from(
+                    &text(row, "kind")?,
+                    row.try_get("pending").map_err(map_err)?,
+                    row.try_get("oldest_ms").map_err(map_err)?,
+                )
+            })
+            .collect()
     }
 }

@@ -1,6 +1,6 @@
 //! Threshold alert state on PostgreSQL (see [`crate::alert_state`]).
 use super::{map_err, PgStorage, NOW};
-use crate::alert_state::{validate_transition, AlertTransitionParams};
+use crate::alert_state::{alert_delivery_id, validate_transition, AlertTransitionParams};
 use crate::error::Result;
 
 impl PgStorage {
@@ -22,13 +22,28 @@ impl PgStorage {
                  WHERE queue = $2 AND alert = $3 AND firing"
             )
         };
+        let mut tx = self.begin().await?;
         let done = sqlx::query(&sql)
             .bind(params.now)
             .bind(&params.queue)
             .bind(&params.alert)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        Ok(done.rows_affected() == 1)
+        let changed = done.rows_affected() == 1;
+        if let (true, Some(message)) = (changed, &params.message) {
+            sqlx::query(&format!(
+                "INSERT INTO tenax_outbox (delivery_id, kind, task_id, url, body, next_attempt_at, created_at)
+                 VALUES ($2, 'alert', 0, NULL, $3, {NOW}, {NOW})"
+            ))
+            .bind(params.now)
+            .bind(alert_delivery_id())
+            .bind(message)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(changed)
     }
 }

@@ -1162,6 +1162,13 @@ impl Storage for PgStorage {
         .await
     }
 
+    async fn outbox_stats(
+        &self,
+        params: &crate::OutboxStatsParams,
+    ) -> Result<Vec<crate::OutboxStat>> {
+        self.timed(self.outbox_stats_impl(params)).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         self.timed(async {
             let rows = sqlx::query(

@@ -7,8 +7,9 @@ use super::{map_err, PgStorage, NOW};
 use crate::common::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::outbox::{
-    settle_parts, validate_claim, validate_list, validate_settle, OutboxClaimParams, OutboxKind,
-    OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStatus,
+    settle_parts, stat_from, validate_claim, validate_list, validate_settle, OutboxClaimParams,
+    OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat,
+    OutboxStatsParams, OutboxStatus,
 };
 
 const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
@@ -144,5 +145,29 @@ impl PgStorage {
         .await
         .map_err(map_err)?;
         Ok(done.rows_affected())
+    }
+
+    pub(super) async fn outbox_stats_impl(
+        &self,
+        params: &OutboxStatsParams,
+    ) -> Result<Vec<OutboxStat>> {
+        let rows = sqlx::query(&format!(
+            "SELECT kind, count(*) AS pending,
+                    (EXTRACT(EPOCH FROM ({NOW} - min(created_at))) * 1000)::int8 AS oldest_ms
+             FROM tenax_outbox WHERE status = 'pending' GROUP BY kind ORDER BY kind"
+        ))
+        .bind(params.now)
+        .fetch_all(self.pool())
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                stat_from(
+                    row.try_get("kind").map_err(map_err)?,
+                    row.try_get("pending").map_err(map_err)?,
+                    row.try_get("oldest_ms").map_err(map_err)?,
+                )
+            })
+            .collect()
     }
 }

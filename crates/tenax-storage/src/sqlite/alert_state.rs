@@ -1,6 +1,6 @@
 //! Threshold alert state on SQLite (see [`crate::alert_state`]).
 use super::{clock, map_err, SqliteStorage};
-use crate::alert_state::{validate_transition, AlertTransitionParams};
+use crate::alert_state::{alert_delivery_id, validate_transition, AlertTransitionParams};
 use crate::error::Result;
 
 impl SqliteStorage {
@@ -29,7 +29,20 @@ impl SqliteStorage {
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
+        let changed = done.rows_affected() == 1;
+        if let (true, Some(message)) = (changed, &params.message) {
+            sqlx::query(
+                "INSERT INTO tenax_outbox (delivery_id, kind, task_id, url, body, next_attempt_at, created_at)
+                 VALUES (?1, 'alert', 0, NULL, ?2, ?3, ?3)",
+            )
+            .bind(alert_delivery_id())
+            .bind(message)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
         tx.commit().await.map_err(map_err)?;
-        Ok(done.rows_affected() == 1)
+        Ok(changed)
     }
 }

@@ -1111,4 +1111,11 @@ impl Storage for SqliteStorage {
         }
         Ok(landed)
     }
+
+    async fn outbox_stats(
+        &self,
+        params: &crate::OutboxStatsParams,
+    ) -> Result<Vec<crate::OutboxStat>> {
+        self.outbox_stats_impl(params).await
+    }
 }

@@ -8,8 +8,9 @@ use super::{clock, map_err, SqliteStorage};
 use crate::common::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::outbox::{
-    settle_parts, validate_claim, validate_list, validate_settle, OutboxClaimParams, OutboxKind,
-    OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStatus,
+    settle_parts, stat_from, validate_claim, validate_list, validate_settle, OutboxClaimParams,
+    OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat,
+    OutboxStatsParams, OutboxStatus,
 };
 
 const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
@@ -147,5 +148,29 @@ impl SqliteStorage {
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
         Ok(done.rows_affected())
+    }
+
+    pub(super) async fn outbox_stats_impl(
+        &self,
+        params: &OutboxStatsParams,
+    ) -> Result<Vec<OutboxStat>> {
+        let now = super::clock_now(&self.pool, params.now).await?;
+        let rows = sqlx::query(
+            "SELECT kind, count(*) AS pending, ?1 - min(created_at) AS oldest_ms
+             FROM tenax_outbox WHERE status = 'pending' GROUP BY kind ORDER BY kind",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                stat_from(
+                    &row.try_get::<String, _>("kind").map_err(map_err)?,
+                    row.try_get("pending").map_err(map_err)?,
+                    row.try_get("oldest_ms").map_err(map_err)?,
+                )
+            })
+            .collect()
     }
 }

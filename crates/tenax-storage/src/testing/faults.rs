@@ -256,4 +256,11 @@ impl Storage for FaultyStorage {
         self.check(StorageMethod::Complete)?;
         self.inner.task_complete_many_if_leased(params).await
     }
+
+    async fn outbox_stats(
+        &self,
+        params: &crate::OutboxStatsParams,
+    ) -> Result<Vec<crate::OutboxStat>> {
+        self.inner.outbox_stats(params).await
+    }
 }

@@ -9,8 +9,9 @@ use tenax_core::{CompensationState, TaskId, TaskRecord};
 use super::{Harness, TaskOpts};
 use crate::{
     BulkAction, FailNext, Lease, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome,
-    OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStatus, Storage, StorageError,
-    TaskActionParams, TaskBulkParams, TaskCompleteParams, TaskFailParams, TaskFilter, TaskRef,
+    OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat, OutboxStatsParams,
+    OutboxStatus, Storage, StorageError, TaskActionParams, TaskBulkParams, TaskCompleteParams,
+    TaskFailParams, TaskFilter, TaskRef,
 };
 
 const CALLBACK: &str = "https://hooks.example/tenax?k=1";
@@ -479,4 +480,62 @@ pub async fn concurrent_outbox_claimers_take_each_row_once(h: &Harness) {
         .collect();
     assert!(ids.is_subset(&tasks));
     assert_eq!(seen.len(), tasks.len());
+}
+
+pub async fn outbox_stats_count_pending_rows_per_kind_with_the_oldest_age(h: &Harness) {
+    let stats = |now: Option<DateTime<Utc>>| async move {
+        h.storage
+            .outbox_stats(&OutboxStatsParams { now })
+            .await
+            .expect("outbox stats")
+    };
+    assert!(stats(None).await.is_empty(), "nothing pending yet");
+    for _ in 0..3 {
+        let task = h
+            .task(TaskOpts {
+                callback_url: Some(CALLBACK.into()),
+                ..Default::default()
+            })
+            .await;
+        finish_with(h, &task, None).await;
+    }
+    let dead = h.task(TaskOpts::default()).await;
+    finish_with(h, &dead, Some(FailNext::Dead)).await;
+    let rows = list(&*h.storage, None).await;
+    let oldest = rows.iter().map(|r| r.created_at).min().expect("rows");
+    let later = oldest + chrono::Duration::seconds(90);
+    let now = stats(Some(later)).await;
+    let summary: Vec<(OutboxKind, u64)> = now.iter().map(|s| (s.kind, s.pending)).collect();
+    assert_eq!(
+        summary,
+        [(OutboxKind::Callback, 3), (OutboxKind::Death, 1)],
+        "{now:?}"
+    );
+    let callback: &OutboxStat = &now[0];
+    assert!(
+        callback.oldest_age >= Duration::from_secs(89)
+            && callback.oldest_age <= Duration::from_secs(91),
+        "age from the given clock: {:?}",
+        callback.oldest_age
+    );
+    // Delivered rows are no longer pending; a claimed row still is.
+    let claimed = h
+        .storage
+        .outbox_claim(&claim(OutboxKind::Callback, 2, None))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 2);
+    let settled = h
+        .storage
+        .outbox_settle(&OutboxSettleParams {
+            claims: vec![claimed[0].claim()],
+            outcome: OutboxOutcome::Delivered,
+            now: None,
+        })
+        .await
+        .expect("settle");
+    assert_eq!(settled, 1);
+    let now = stats(None).await;
+    assert_eq!(now[0].kind, OutboxKind::Callback);
+    assert_eq!(now[0].pending, 2, "{now:?}");
 }
