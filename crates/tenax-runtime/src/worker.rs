@@ -662,7 +662,13 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         cancel_requested: cancel_requested.is_cancelled(),
         backlog,
     };
-    let decision = decide(&task, ended, &policy, how);
+    // A transactional command committed the task's completion with its own work:
+    // whatever the supervisor saw after that commit, nothing is left to write.
+    let decision = if ctx.completion_committed() {
+        Decision::Committed
+    } else {
+        decide(&task, ended, &policy, how)
+    };
     let outcome = write_outcome(shared, lease, decision).await;
     crate::metrics::attempt_ended(&task, outcome);
 }
@@ -822,6 +828,9 @@ enum Decision {
     Fail(String, FailNext),
     /// Lease lost or unprovable: nothing may be written.
     Drop(&'static str),
+    /// Succeeded, and already written by the handler's own transaction
+    /// ([`TaskContext::completion_committed`]).
+    Committed,
 }
 
 /// What else an ended attempt's decision depends on.
@@ -899,6 +908,15 @@ async fn write_outcome(
                 FailNext::Cancelled => Outcome::Cancelled,
             };
             (write_fail(shared, lease, error, next).await, outcome)
+        }
+        Decision::Committed => {
+            debug!("attempt recorded by its own transaction");
+            (
+                Some(true),
+                Outcome::Succeeded {
+                    compensation_none: false,
+                },
+            )
         }
         Decision::Drop(why) => {
             warn!(reason = why, "handler stopped; its outcome is dropped, the task will be retried after the lease expires");
