@@ -62,6 +62,9 @@ struct Held {
     /// Set once the handler has stopped and its outcome is being written: a renewal
     /// that finds the task finished is then expected, not a lost lease.
     finishing: Arc<std::sync::atomic::AtomicBool>,
+    /// The attempt's context, once built: a transactional command that committed its
+    /// own completion (`TaskContext::completion_committed`) is finishing too.
+    context: Option<TaskContext>,
 }
 
 struct Shared {
@@ -579,6 +582,7 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
             lost: lost.clone(),
             cancel_requested: cancel_requested.clone(),
             finishing: finishing.clone(),
+            context: None,
         },
     );
     // However this attempt ends (even by a panic in a hook or a retry policy, or by
@@ -603,6 +607,9 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     .with_parents(Arc::new(crate::workflow::StorageParents(
         shared.storage.clone(),
     )));
+    if let Some(entry) = shared.held().get_mut(&lease) {
+        entry.context = Some(ctx.clone());
+    }
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
         let error = "no handler registered for this command type".to_owned();
@@ -1176,7 +1183,12 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
                         if cancels.contains(&lease) {
                             entry.cancel_requested.cancel();
                         }
-                    } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst) {
+                    } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst)
+                        || entry
+                            .context
+                            .as_ref()
+                            .is_some_and(TaskContext::completion_committed)
+                    {
                         debug!(task.id = %lease.id, "not renewed: its outcome was just written");
                     } else {
                         warn!(task.id = %lease.id, epoch = lease.epoch, "lease lost; stopping the handler");
