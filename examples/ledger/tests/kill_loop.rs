@@ -15,6 +15,10 @@ use tenax::{Client, TaskStatus};
 const TASKS: usize = 2_000;
 const KILLS: usize = 50;
 
+/// One kill loop at a time: each starts and kills a hundred processes, and its kills
+/// must land while the tasks drain, not while a neighbour's loop hogs the cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A worker process with a 1 s lease that stays `hold_ms` inside each transaction.
 fn spawn_worker(url: &str, hold_ms: u64) -> Child {
     Command::new(env!("CARGO_BIN_EXE_example-ledger"))
@@ -32,6 +36,7 @@ async fn succeeded(client: &Client) -> u64 {
 }
 
 async fn kill_loop(backend: &str, hold_ms: u64) {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some((url, _guard)) = common::fresh(backend).await else {
         return;
     };
