@@ -171,6 +171,8 @@ pub struct TaskContext {
     cancellation: CancellationToken,
     concurrency_key: Option<String>,
     pub(crate) parents: Option<crate::parents::Parents>,
+    /// Set once the handler committed the task's completion itself (shared by clones).
+    completed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TaskContext {
@@ -199,6 +201,7 @@ impl TaskContext {
             cancellation,
             concurrency_key: None,
             parents: None,
+            completed: std::sync::Arc::default(),
         }
     }
 
@@ -267,5 +270,22 @@ impl TaskContext {
     /// task `cancelled`, one that ignores the request is stopped at its timeout.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancellation
+    }
+
+    /// Record that the handler's transaction, which also marked this task succeeded
+    /// under its lease epoch, has committed: the worker then writes no outcome of its
+    /// own. Called by the backends' transactional completion (for example
+    /// `tenax::storage::postgres::Transactional`) right after its commit returned;
+    /// an ordinary command never calls it (its task would stay `running` until its
+    /// lease expired, and then run again).
+    pub fn record_completion_committed(&self) {
+        self.completed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`record_completion_committed`](Self::record_completion_committed) was
+    /// called for this attempt.
+    pub fn completion_committed(&self) -> bool {
+        self.completed.load(std::sync::atomic::Ordering::SeqCst)
     }
 }

@@ -62,6 +62,9 @@ struct Held {
     /// Set once the handler has stopped and its outcome is being written: a renewal
     /// that finds the task finished is then expected, not a lost lease.
     finishing: Arc<std::sync::atomic::AtomicBool>,
+    /// The attempt's context, once built: a transactional command that committed its
+    /// own completion (`TaskContext::completion_committed`) is finishing too.
+    context: Option<TaskContext>,
 }
 
 struct Shared {
@@ -579,6 +582,7 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
             lost: lost.clone(),
             cancel_requested: cancel_requested.clone(),
             finishing: finishing.clone(),
+            context: None,
         },
     );
     // However this attempt ends (even by a panic in a hook or a retry policy, or by
@@ -603,6 +607,9 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
     .with_parents(Arc::new(crate::workflow::StorageParents(
         shared.storage.clone(),
     )));
+    if let Some(entry) = shared.held().get_mut(&lease) {
+        entry.context = Some(ctx.clone());
+    }
     let Some(handler) = shared.registry.get(&task.command_type) else {
         // Cannot happen: only registered types are claimed.
         let error = "no handler registered for this command type".to_owned();
@@ -662,7 +669,13 @@ async fn run_attempt(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) 
         cancel_requested: cancel_requested.is_cancelled(),
         backlog,
     };
-    let decision = decide(&task, ended, &policy, how);
+    // A transactional command committed the task's completion with its own work:
+    // whatever the supervisor saw after that commit, nothing is left to write.
+    let decision = if ctx.completion_committed() {
+        Decision::Committed
+    } else {
+        decide(&task, ended, &policy, how)
+    };
     let outcome = write_outcome(shared, lease, decision).await;
     crate::metrics::attempt_ended(&task, outcome);
 }
@@ -822,6 +835,9 @@ enum Decision {
     Fail(String, FailNext),
     /// Lease lost or unprovable: nothing may be written.
     Drop(&'static str),
+    /// Succeeded, and already written by the handler's own transaction
+    /// ([`TaskContext::completion_committed`]).
+    Committed,
 }
 
 /// What else an ended attempt's decision depends on.
@@ -899,6 +915,15 @@ async fn write_outcome(
                 FailNext::Cancelled => Outcome::Cancelled,
             };
             (write_fail(shared, lease, error, next).await, outcome)
+        }
+        Decision::Committed => {
+            debug!("attempt recorded by its own transaction");
+            (
+                Some(true),
+                Outcome::Succeeded {
+                    compensation_none: false,
+                },
+            )
         }
         Decision::Drop(why) => {
             warn!(reason = why, "handler stopped; its outcome is dropped, the task will be retried after the lease expires");
@@ -1158,7 +1183,12 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
                         if cancels.contains(&lease) {
                             entry.cancel_requested.cancel();
                         }
-                    } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst) {
+                    } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst)
+                        || entry
+                            .context
+                            .as_ref()
+                            .is_some_and(TaskContext::completion_committed)
+                    {
                         debug!(task.id = %lease.id, "not renewed: its outcome was just written");
                     } else {
                         warn!(task.id = %lease.id, epoch = lease.epoch, "lease lost; stopping the handler");

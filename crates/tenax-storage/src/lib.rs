@@ -42,6 +42,8 @@ mod schedules;
 pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod transactional;
 pub mod workflows;
 
 pub use alert_state::{AlertTransitionParams, ALERT_MESSAGE_MAX_BYTES};

@@ -70,6 +70,27 @@ pub mod storage {
     pub use tenax_storage::*;
 }
 
+/// SQLite: transactional completion (a command's database work committed with its
+/// task's success) and the storage it runs on.
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use tenax_storage::sqlite::{SqliteStorage, Transactional, TransactionalCommand};
+}
+
+/// PostgreSQL: transactional completion (a command's database work committed with its
+/// task's success) and the storage it runs on.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use tenax_storage::postgres::{PgStorage, Transactional, TransactionalCommand};
+}
+
+/// MariaDB/MySQL: transactional completion (a command's database work committed with
+/// its task's success) and the storage it runs on.
+#[cfg(feature = "mysql")]
+pub mod mysql {
+    pub use tenax_storage::mysql::{MySqlStorage, Transactional, TransactionalCommand};
+}
+
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

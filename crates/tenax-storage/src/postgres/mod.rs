@@ -63,10 +63,12 @@ mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod transactional;
 mod workflows;
 
 pub use insert::{enqueue_in, enqueue_many_in};
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
+pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
 
 /// The migrations of this backend. A database that records migrations this binary

@@ -53,10 +53,12 @@ mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod transactional;
 mod workflows;
 
 pub use insert::{enqueue_in, enqueue_many_in};
 use rows::{ms, task_from_row, TASK_COLUMNS};
+pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
 
 const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";

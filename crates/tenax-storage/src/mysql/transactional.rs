@@ -1,0 +1,33 @@
+//! Transactional completion on MariaDB/MySQL (see `crate::transactional`).
+use super::{clock, complete_in, lock_leased, map_err, MySqlStorage};
+use crate::Result;
+
+crate::transactional::transactional_api!(sqlx::MySql, MySqlStorage, "MariaDB/MySQL");
+
+/// Begin, then lock the task's row under the lease's guard (`SELECT ... FOR UPDATE`
+/// filtered by status and epoch: MariaDB reports changed rows, not matched ones, so a
+/// no-op guarded `UPDATE` could not tell a held lease from a lost one). The lock is
+/// held until commit.
+async fn hold(
+    storage: &MySqlStorage,
+    lease: Lease,
+) -> Result<Option<Transaction<'static, sqlx::MySql>>> {
+    let mut tx = storage.begin().await?;
+    if lock_leased(&mut tx, lease).await?.is_some() {
+        return Ok(Some(tx));
+    }
+    tx.rollback().await.map_err(map_err)?;
+    Ok(None)
+}
+
+async fn finish(
+    tx: &mut Transaction<'static, sqlx::MySql>,
+    params: &TaskCompleteParams,
+) -> Result<Option<bool>> {
+    let now = clock(tx, params.now).await?;
+    complete_in(tx, params, now).await
+}
+
+fn wake(storage: &MySqlStorage) {
+    storage.wake();
+}
