@@ -241,4 +241,11 @@ impl Storage for InstrumentedStorage {
         )
         .await
     }
+
+    async fn task_due_count(
+        &self,
+        params: &tenax_storage::TaskDueCountParams,
+    ) -> Result<tenax_storage::DueCount> {
+        timed("task_due_count", self.inner.task_due_count(params)).await
+    }
 }

@@ -1680,4 +1680,8 @@ impl Storage for MySqlStorage {
         let repeated = crate::common::repeated_leases(params);
         retrying(|| self.complete_many_once(params, &repeated)).await
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        runtime::due_count(&self.pool, params).await
+    }
 }

@@ -1111,4 +1111,8 @@ impl Storage for SqliteStorage {
         }
         Ok(landed)
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        runtime::due_count(&self.pool, params).await
+    }
 }

@@ -256,4 +256,10 @@ impl Storage for FaultyStorage {
         self.check(StorageMethod::Complete)?;
         self.inner.task_complete_many_if_leased(params).await
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        // Asked before a batch's claim: it fails with the claim.
+        self.check(StorageMethod::Claim)?;
+        self.inner.task_due_count(params).await
+    }
 }
