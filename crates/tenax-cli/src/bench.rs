@@ -19,6 +19,8 @@ pub(crate) enum BenchCommand {
     Steady(crate::bench_steady::SteadyArgs),
     /// The database's own limits: raw claim+complete, life cycle and multi-row insert.
     Baseline(crate::bench_baseline::BaselineArgs),
+    /// The same notifications sent by single tasks and by a batch command (batches of 200).
+    Batch(crate::bench_batch::BatchArgs),
 }
 
 pub(crate) async fn run(database_url: &str, command: BenchCommand) -> anyhow::Result<()> {
@@ -30,5 +32,6 @@ pub(crate) async fn run(database_url: &str, command: BenchCommand) -> anyhow::Re
         BenchCommand::Scale(args) => crate::bench_scale::scale(database_url, args).await,
         BenchCommand::Steady(args) => crate::bench_steady::steady(database_url, args).await,
         BenchCommand::Baseline(args) => crate::bench_baseline::baseline(database_url, args).await,
+        BenchCommand::Batch(args) => crate::bench_batch::batch(database_url, args).await,
     }
 }

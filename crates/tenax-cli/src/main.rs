@@ -13,6 +13,7 @@ mod audit;
 mod bank;
 mod bench;
 mod bench_baseline;
+mod bench_batch;
 mod bench_common;
 mod bench_delayed;
 mod bench_drain;

@@ -44,6 +44,14 @@ fn all_subcommands(url: &str, postgres: bool) {
     positive(&drain, "baseline_per_s");
     positive(&drain, "ratio");
 
+    // Fails unless every notification of both phases succeeded.
+    let batch = bench(url, &["batch", "--tasks", "450", "--concurrency", "4"]);
+    assert_eq!(batch["bench"], "batch");
+    assert_eq!(batch["batch"], 200);
+    positive(&batch, "single_per_s");
+    positive(&batch, "batch_per_s");
+    positive(&batch, "ratio");
+
     let in_process = bench(
         url,
         &["drain", "--tasks", "50", "--workers", "2", "--in-process"],

@@ -6,6 +6,8 @@
 //! - [`Command`]: one background job type (the command pattern). Only
 //!   [`Command::execute`] is required; compensation, retry policy, attempts, timeout,
 //!   queue and priority all have documented defaults.
+//! - [`BatchCommand`]: a job type whose tasks run many at a time in one call, each
+//!   with its own outcome.
 //! - [`CommandError`]: the error a handler returns, carrying the retry decision.
 //! - [`TaskStatus`] and [`state`]: the life cycle and its table of legal transitions.
 //! - [`RetryPolicy`]: exponential backoff with jitter, capped.
@@ -13,6 +15,7 @@
 //! - [`Schedule`] and [`schedule`]: periodic tasks (cron expressions and intervals).
 #![forbid(unsafe_code)]
 
+mod batch;
 mod command;
 mod error;
 mod hook;
@@ -24,6 +27,7 @@ pub mod schedule;
 pub mod state;
 mod task;
 
+pub use batch::{BatchCommand, BatchItem, Batched, DynBatchHandler, RawItem, MAX_BATCH_LIMIT};
 pub use command::{Command, TaskContext};
 pub use error::{CommandError, ResultExt};
 pub use hook::{ExecutionHook, ExecutionOutcome, HookFuture};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use crate::batch::{BatchCommand, Batched, DynBatchHandler, ErasedBatch, MAX_BATCH_LIMIT};
 use crate::command::{Command, TaskContext};
 use crate::error::CommandError;
 use crate::retry::RetryPolicy;
@@ -64,7 +65,7 @@ struct Erased<C>(C);
 ///   error is returned as is), then decoded.
 /// - `stored > C::VERSION`: a permanent error. The claim only hands a worker payloads
 ///   of versions it knows, so this means a caller bypassed that filter.
-fn decode<C: Command>(payload: &str, stored: u32) -> Result<C::Context, CommandError> {
+pub(crate) fn decode<C: Command>(payload: &str, stored: u32) -> Result<C::Context, CommandError> {
     let undecodable = |e: serde_json::Error| {
         CommandError::permanent(format!(
             "payload does not decode as the context of {} (stored version {stored}, \
@@ -172,6 +173,8 @@ pub struct CommandDefaults {
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: BTreeMap<&'static str, Arc<dyn DynHandler>>,
+    /// The batch commands among the handlers.
+    batches: BTreeMap<&'static str, Arc<dyn DynBatchHandler>>,
 }
 
 impl Registry {
@@ -196,6 +199,42 @@ impl Registry {
         }
         self.handlers.insert(C::TYPE, Arc::new(Erased(command)));
         Ok(self)
+    }
+
+    /// Register a batch command for `C::TYPE`: its tasks are claimed and run in
+    /// batches (see [`BatchCommand`]); a compensation runs for each task on its own.
+    pub fn register_batch<C: BatchCommand>(
+        &mut self,
+        command: C,
+    ) -> Result<&mut Self, RegistryError> {
+        if C::MAX_BATCH == 0 || C::MAX_BATCH > MAX_BATCH_LIMIT {
+            return Err(
+                InvalidInput::new("max batch", format!("must be 1..={MAX_BATCH_LIMIT}")).into(),
+            );
+        }
+        if C::CONCURRENCY == 0 {
+            return Err(InvalidInput::new("batch concurrency", "must be at least 1").into());
+        }
+        let batched = Batched::new(command);
+        let shared = batched.inner().clone();
+        self.register(batched)?;
+        self.batches.insert(C::TYPE, Arc::new(ErasedBatch(shared)));
+        Ok(self)
+    }
+
+    /// The batch commands, by type name.
+    pub fn batch_handlers(&self) -> Vec<Arc<dyn DynBatchHandler>> {
+        self.batches.values().cloned().collect()
+    }
+
+    /// The registered type names run one task at a time, with the payload version
+    /// each decodes, sorted by name (the batch commands left out).
+    pub fn single_commands(&self) -> Vec<(String, u32)> {
+        self.handlers
+            .iter()
+            .filter(|(name, _)| !self.batches.contains_key(*name))
+            .map(|(name, handler)| ((*name).to_owned(), handler.version()))
+            .collect()
     }
 
     /// The handler for a type name.

@@ -51,6 +51,8 @@ use crate::error::Error;
 use crate::maintenance;
 use crate::timer::next_due_wait;
 
+mod batch;
+
 /// A running attempt, as the heartbeat sees it.
 struct Held {
     /// Self-fencing deadline, moved forward by each successful renewal.
@@ -258,6 +260,9 @@ impl Worker {
         let mut executors = JoinSet::new();
         crate::metrics::worker_started(shared.config.concurrency);
         let completer = shared.start_completer();
+        for handler in shared.registry.batch_handlers() {
+            executors.spawn(batch::batch_loop(shared.clone(), handler, shutdown.clone()));
+        }
         claim_loop(&shared, &shutdown, &mut executors).await;
 
         info!(worker = %shared.id, running = executors.len(), "worker stopping: no more claims");
@@ -335,27 +340,53 @@ impl Worker {
         let params = TaskClaimParams {
             worker: shared.id.clone(),
             queues: shared.config.queues.clone(),
-            commands: shared.registry.commands(),
+            commands: shared.registry.single_commands(),
             limit: shared.config.concurrency,
             lease_ttl: shared.config.lease_ttl,
             now: at,
         };
+        let batches = shared.registry.batch_handlers();
         let mut ran = Vec::new();
         loop {
-            let sent = Instant::now();
-            let tasks = shared.storage.task_claim_batch(&params).await?;
-            crate::metrics::claimed(&tasks, shared.config.lease_ttl);
-            if tasks.is_empty() {
+            let mut claimed_any = false;
+            if !params.commands.is_empty() {
+                let sent = Instant::now();
+                let tasks = shared.storage.task_claim_batch(&params).await?;
+                crate::metrics::claimed(&tasks, shared.config.lease_ttl);
+                if !tasks.is_empty() {
+                    claimed_any = true;
+                    let deadline = shared.fence_after(sent);
+                    ran.extend(tasks.iter().map(|t| t.id));
+                    futures::future::join_all(
+                        tasks
+                            .into_iter()
+                            .map(|task| execute(shared, task, deadline)),
+                    )
+                    .await;
+                }
+            }
+            // Batch types: a full batch at a time, without waiting for one to fill.
+            for handler in &batches {
+                let sent = Instant::now();
+                let tasks = shared
+                    .storage
+                    .task_claim_batch(&TaskClaimParams {
+                        commands: vec![(handler.command_type().to_owned(), handler.version())],
+                        limit: handler.max_batch(),
+                        ..params.clone()
+                    })
+                    .await?;
+                crate::metrics::claimed(&tasks, shared.config.lease_ttl);
+                if !tasks.is_empty() {
+                    claimed_any = true;
+                    let deadline = shared.fence_after(sent);
+                    ran.extend(tasks.iter().map(|t| t.id));
+                    batch::run_claimed(shared, handler.clone(), tasks, deadline).await;
+                }
+            }
+            if !claimed_any {
                 return Ok(ran);
             }
-            let deadline = shared.fence_after(sent);
-            ran.extend(tasks.iter().map(|t| t.id));
-            futures::future::join_all(
-                tasks
-                    .into_iter()
-                    .map(|task| execute(shared, task, deadline)),
-            )
-            .await;
         }
     }
 }
@@ -377,7 +408,12 @@ async fn claim_loop(
     let mut wakeups = shared.storage.wakeups();
     // Each type with the payload version it decodes: tasks of newer versions wait for a
     // worker that knows them.
-    let commands = shared.registry.commands();
+    let commands = shared.registry.single_commands();
+    if commands.is_empty() {
+        // Only batch commands: their own loops claim.
+        shutdown.cancelled().await;
+        return;
+    }
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
         // Reap finished executors so the set does not grow.

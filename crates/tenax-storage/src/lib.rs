@@ -28,6 +28,7 @@ mod alert_state;
 pub mod bench;
 mod bulk;
 mod common;
+mod due;
 mod error;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -52,6 +53,7 @@ pub use bulk::{
     AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
 };
 pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
+pub use due::{DueCount, TaskDueCountParams};
 pub use error::{Result, StorageError};
 pub use outbox::{
     OutboxClaim, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxPruneParams,
@@ -341,6 +343,13 @@ pub trait Storage: Send + Sync + 'static {
     /// The outbox's pending rows per kind: how many, and how long the oldest has
     /// waited (database clock). A kind without pending rows is left out.
     async fn outbox_stats(&self, params: &OutboxStatsParams) -> Result<Vec<OutboxStat>>;
+
+    /// How many waiting (`pending` or `retrying`) tasks of one type, in the given
+    /// queues and of a payload version the caller decodes, are due now, counting at
+    /// most `limit`, with the run time of the oldest: what a batch command's worker
+    /// asks to decide whether to claim a batch now or wait for it to fill. Read-only;
+    /// a hint that the claim itself re-checks.
+    async fn task_due_count(&self, params: &TaskDueCountParams) -> Result<DueCount>;
 }
 
 /// Most completions [`Storage::task_complete_many_if_leased`] takes in one call.

@@ -40,10 +40,10 @@
 #![forbid(unsafe_code)]
 
 pub use tenax_core::{
-    defaults_of, AttemptOutcome, AttemptRecord, Backoff, Command, CommandDefaults, CommandError,
-    CompensationState, ExecutionHook, ExecutionOutcome, HookFuture, InvalidInput, Jitter,
-    LoadAware, ParentResult, Priority, QueueName, Registry, RegistryError, ResultExt, RetryPolicy,
-    TaskContext, TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
+    defaults_of, AttemptOutcome, AttemptRecord, Backoff, BatchCommand, BatchItem, Batched, Command,
+    CommandDefaults, CommandError, CompensationState, ExecutionHook, ExecutionOutcome, HookFuture,
+    InvalidInput, Jitter, LoadAware, ParentResult, Priority, QueueName, Registry, RegistryError,
+    ResultExt, RetryPolicy, TaskContext, TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
 pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{

@@ -248,4 +248,11 @@ impl Storage for InstrumentedStorage {
     ) -> Result<Vec<tenax_storage::OutboxStat>> {
         timed("outbox_stats", self.inner.outbox_stats(params)).await
     }
+
+    async fn task_due_count(
+        &self,
+        params: &tenax_storage::TaskDueCountParams,
+    ) -> Result<tenax_storage::DueCount> {
+        timed("task_due_count", self.inner.task_due_count(params)).await
+    }
 }

@@ -18,6 +18,9 @@ mod leases;
 /// Payload evolution: a task stored by one version of a command runs on the next.
 mod versions;
 
+/// Batch commands on every backend: per-task outcomes, batch sizes and keys, the
+/// maximum wait, lost leases inside a batch.
+mod batches;
 /// Rate limits per command type, measured with real workers on PostgreSQL.
 mod rates;
 /// Periodic schedules: declared on a worker, fired by its scheduler or at an injected time.

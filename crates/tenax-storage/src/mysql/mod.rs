@@ -1694,4 +1694,8 @@ impl Storage for MySqlStorage {
     ) -> Result<Vec<crate::OutboxStat>> {
         retrying(|| self.outbox_stats_impl(params)).await
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        runtime::due_count(&self.pool, params).await
+    }
 }

@@ -149,3 +149,48 @@ pub(super) async fn cancel_requested(
         .filter(|lease| params.leases.contains(lease))
         .collect())
 }
+
+pub(super) async fn due_count(
+    pool: &MySqlPool,
+    params: &crate::due::TaskDueCountParams,
+) -> Result<crate::due::DueCount> {
+    let now: DbTime = match params.now {
+        Some(now) => storable(now),
+        None => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+            .fetch_one(pool)
+            .await
+            .map_err(map_err)?,
+    };
+    if params.queues.is_empty() {
+        return Ok(crate::due::DueCount {
+            due: 0,
+            oldest_due_at: None,
+            now: now.and_utc(),
+        });
+    }
+    let mut qb = QueryBuilder::<MySql>::new(
+        "SELECT COUNT(*), MIN(d.run_at) FROM (
+             SELECT run_at FROM tenax_tasks
+             WHERE status IN ('pending', 'retrying') AND run_at <= ",
+    );
+    qb.push_bind(now);
+    qb.push(" AND queue IN (");
+    let mut queues = qb.separated(", ");
+    for queue in &params.queues {
+        queues.push_bind(queue.as_str());
+    }
+    qb.push(") AND command_type = ");
+    qb.push_bind(params.command_type.as_str());
+    qb.push(" AND payload_version <= ");
+    qb.push_bind(i64::from(params.version));
+    qb.push(" ORDER BY run_at LIMIT ");
+    qb.push_bind(i64::from(params.limit));
+    qb.push(") d");
+    let (due, oldest): (i64, Option<DbTime>) =
+        qb.build_query_as().fetch_one(pool).await.map_err(map_err)?;
+    Ok(crate::due::DueCount {
+        due: u32::try_from(due).unwrap_or(u32::MAX),
+        oldest_due_at: oldest.map(|t| t.and_utc()),
+        now: now.and_utc(),
+    })
+}

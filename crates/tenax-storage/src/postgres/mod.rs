@@ -1257,6 +1257,10 @@ impl Storage for PgStorage {
     async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
         self.audit_list_impl(params).await
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        self.timed(runtime::due_count(&self.pool, params)).await
+    }
 }
 
 #[cfg(test)]

@@ -125,3 +125,30 @@ pub(super) async fn cancel_requested(
         })
         .collect())
 }
+
+pub(super) async fn due_count(
+    pool: &PgPool,
+    params: &crate::due::TaskDueCountParams,
+) -> Result<crate::due::DueCount> {
+    let (due, oldest, now): (i64, Option<DateTime<Utc>>, DateTime<Utc>) = sqlx::query_as(&format!(
+        "SELECT COUNT(*), MIN(d.run_at), {NOW} FROM (
+                 SELECT run_at FROM tenax_tasks
+                 WHERE status IN ('pending', 'retrying') AND run_at <= {NOW}
+                   AND queue = ANY($2) AND command_type = $3 AND payload_version <= $4
+                 ORDER BY run_at
+                 LIMIT $5) d"
+    ))
+    .bind(params.now)
+    .bind(&params.queues)
+    .bind(&params.command_type)
+    .bind(i32::try_from(params.version).unwrap_or(i32::MAX))
+    .bind(i64::from(params.limit))
+    .fetch_one(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(crate::due::DueCount {
+        due: u32::try_from(due).unwrap_or(u32::MAX),
+        oldest_due_at: oldest,
+        now,
+    })
+}

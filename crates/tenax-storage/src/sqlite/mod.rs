@@ -1120,4 +1120,8 @@ impl Storage for SqliteStorage {
     ) -> Result<Vec<crate::OutboxStat>> {
         self.outbox_stats_impl(params).await
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        runtime::due_count(&self.pool, params).await
+    }
 }

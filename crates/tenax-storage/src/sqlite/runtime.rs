@@ -120,3 +120,32 @@ pub(super) async fn cancel_requested(
         })
         .collect())
 }
+
+pub(super) async fn due_count(
+    pool: &SqlitePool,
+    params: &crate::due::TaskDueCountParams,
+) -> Result<crate::due::DueCount> {
+    let now = clock_now(pool, params.now).await?;
+    let (due, oldest): (i64, Option<i64>) = sqlx::query_as(
+        "SELECT COUNT(*), MIN(run_at) FROM (
+             SELECT run_at FROM tenax_tasks
+             WHERE status IN ('pending', 'retrying') AND run_at <= ?1
+               AND queue IN (SELECT value FROM json_each(?2))
+               AND command_type = ?3 AND payload_version <= ?4
+             ORDER BY run_at
+             LIMIT ?5)",
+    )
+    .bind(now)
+    .bind(json_list(&params.queues))
+    .bind(&params.command_type)
+    .bind(i64::from(params.version))
+    .bind(i64::from(params.limit))
+    .fetch_one(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(crate::due::DueCount {
+        due: u32::try_from(due).unwrap_or(u32::MAX),
+        oldest_due_at: oldest.map(ms).transpose()?,
+        now: ms(now)?,
+    })
+}

@@ -263,4 +263,10 @@ impl Storage for FaultyStorage {
     ) -> Result<Vec<crate::OutboxStat>> {
         self.inner.outbox_stats(params).await
     }
+
+    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
+        // Asked before a batch's claim: it fails with the claim.
+        self.check(StorageMethod::Claim)?;
+        self.inner.task_due_count(params).await
+    }
 }

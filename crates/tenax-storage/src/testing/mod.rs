@@ -21,6 +21,7 @@ pub mod bulk_insert;
 mod claims;
 mod completions;
 pub mod conformance;
+mod due;
 mod faults;
 mod keys;
 mod observability;
@@ -324,6 +325,7 @@ macro_rules! conformance_tests {
                 a_completion_batch_lands_exactly_where_the_lease_holds,
                 an_empty_or_oversized_completion_batch_writes_nothing,
                 a_completion_batch_runs_workflow_and_compensation_effects,
+                due_count_counts_due_tasks_of_one_type_up_to_a_limit,
             );
         }
     };
