@@ -21,6 +21,7 @@ pub mod bulk_insert;
 mod claims;
 mod completions;
 pub mod conformance;
+mod events;
 mod faults;
 mod keys;
 mod observability;
@@ -322,6 +323,12 @@ macro_rules! conformance_tests {
                 a_completion_batch_lands_exactly_where_the_lease_holds,
                 an_empty_or_oversized_completion_batch_writes_nothing,
                 a_completion_batch_runs_workflow_and_compensation_effects,
+                task_events_are_written_for_covered_tasks_in_the_transition_transaction,
+                event_listing_filters_and_resumes_by_position,
+                the_event_leases_have_one_holder_and_fence_a_stale_one,
+                concurrent_transitions_are_sequenced_gapless_and_in_order_per_task,
+                pruning_removes_a_delivered_prefix_and_records_it,
+                invalid_event_inputs_are_refused_and_change_nothing,
             );
         }
     };
