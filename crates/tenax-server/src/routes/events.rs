@@ -32,6 +32,7 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// Filters and the resume point of `GET /v1/events`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct EventsQuery {
     /// Only events of tasks of this queue.
