@@ -50,6 +50,8 @@ pub(crate) struct FileConfig {
     pub(crate) callbacks: Option<tenax_kinds::CallbacksConfig>,
     /// `[alerts]`: the alert webhook.
     pub(crate) alerts: Option<tenax_kinds::AlertsConfig>,
+    /// `[events]`: the task-event sequencer and retention.
+    pub(crate) events: Option<tenax_kinds::events::EventsConfig>,
 }
 
 /// The `[server]` table (`tenax serve`).

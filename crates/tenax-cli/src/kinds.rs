@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tenax::Registry;
 use tenax_kinds::alerts::{BacklogAlerter, DeathAlerter};
 use tenax_kinds::callbacks::CallbackSender;
+use tenax_kinds::events::{EventsConfig, Sequencer};
 use tenax_kinds::exec::ExecKind;
 use tenax_kinds::http::HttpKind;
 use tenax_kinds::{AlertsConfig, CallbacksConfig, ExecConfig, HttpConfig};
@@ -24,6 +25,7 @@ pub(crate) struct Kinds {
     pub(crate) exec: ExecConfig,
     pub(crate) callbacks: CallbacksConfig,
     pub(crate) alerts: AlertsConfig,
+    pub(crate) events: EventsConfig,
 }
 
 impl Kinds {
@@ -40,11 +42,13 @@ impl Kinds {
             exec: file.exec.clone().unwrap_or_default(),
             callbacks,
             alerts: file.alerts.clone().unwrap_or_default(),
+            events: file.events.clone().unwrap_or_default(),
         };
         kinds.http.validate()?;
         kinds.exec.validate()?;
         kinds.callbacks.validate()?;
         kinds.alerts.validate()?;
+        kinds.events.validate()?;
         Ok(kinds)
     }
 
@@ -79,7 +83,7 @@ impl Kinds {
         worker: &tenax::WorkerConfig,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let mut senders = Vec::new();
+        let mut senders = vec![self.spawn_sequencer(storage, shutdown)];
         if worker.pruner {
             senders.push(tokio::spawn(tenax_kinds::outbox_prune_loop(
                 storage.clone(),
@@ -105,12 +109,32 @@ impl Kinds {
     }
 }
 
+impl Kinds {
+    /// Start this node's event sequencer (it works while it holds the database lease,
+    /// and stands by otherwise); it stops when `shutdown` is cancelled.
+    pub(crate) fn spawn_sequencer(
+        &self,
+        storage: &Arc<dyn tenax::storage::Storage>,
+        shutdown: &CancellationToken,
+    ) -> JoinHandle<()> {
+        let holder = format!(
+            "{}-{}-{:08x}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "node".to_owned()),
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let sequencer = Sequencer::new(storage.clone(), holder, self.events.clone(), Vec::new());
+        tokio::spawn(sequencer.run(shutdown.clone()))
+    }
+}
+
 /// The `[http]`, `[exec]`, `[callbacks]` and `[alerts]` keys, for the configuration
 /// reference.
 pub(crate) fn reference() -> Vec<crate::config::Key> {
     let h = HttpConfig::default();
     let c = CallbacksConfig::default();
     let a = AlertsConfig::default();
+    let e = EventsConfig::default();
     let secs = |d: std::time::Duration| humantime::format_duration(d).to_string();
     let key = |key, env, default: String, doc| crate::config::Key {
         key,
@@ -167,5 +191,10 @@ pub(crate) fn reference() -> Vec<crate::config::Key> {
         key("alerts.queues.<name>.max_oldest_age", "", "none".into(),
             "Alert when the queue's oldest due task has waited longer than this, and again when it is back under."),
         key("alerts.check_interval", "", secs(a.check_interval), "Time between two checks of the queue thresholds."),
+        key("events.poll_interval", "", secs(e.poll_interval), "Time between the sequencer's looks for new task events when there were none (and between an SSE stream's looks)."),
+        key("events.lease_ttl", "", secs(e.lease_ttl), "Length of the sequencer's database lease: how long a crashed holder can delay events."),
+        key("events.batch", "", e.batch.to_string(), "Task events given their stream position per transaction."),
+        key("events.retention", "", secs(e.retention), "Task events older than this, and delivered by every relay, are deleted."),
+        key("events.prune_interval", "", secs(e.prune_interval), "Time between two prunes of task events."),
     ]
 }

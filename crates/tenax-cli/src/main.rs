@@ -24,6 +24,7 @@ mod bench_steady;
 mod bulk;
 mod config;
 mod demo;
+mod events;
 mod flow;
 mod kinds;
 mod observe;
@@ -88,6 +89,9 @@ enum Commands {
     /// List workflows and show one with its tasks.
     #[command(subcommand)]
     Workflows(workflows::WorkflowsCommand),
+    /// Task events: which tasks write them (rules), and where the stream stands.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
     /// Counts by status, command type and queue, backlogs, the oldest due task's age, and
     /// latency percentiles of recently finished tasks.
     Stats,
@@ -262,6 +266,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Commands::RateLimits(command) => rates::run(&client, command).await,
                 Commands::Audit(command) => audit::run(&client, command).await,
                 Commands::Workflows(command) => workflows::run(&client, command).await,
+                Commands::Events(command) => events::run(&client, command).await,
                 Commands::Stats => top::stats(&client).await,
                 Commands::Top(args) => top::run(&client, args).await,
                 Commands::Migrate => {

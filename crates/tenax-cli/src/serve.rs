@@ -110,7 +110,12 @@ pub(crate) async fn run(
     let state = AppState::with_shutdown(storage.clone(), config, shutdown.clone());
     let mut api = tokio::spawn(tenax_server::serve(listener, state, shutdown.clone()));
     if args.no_workers {
-        return Ok(api.await??);
+        // The stream needs positions given somewhere: this node takes part in that.
+        let sequencer = kinds.spawn_sequencer(&storage, &shutdown);
+        let served = api.await;
+        shutdown.cancel();
+        let _ = sequencer.await;
+        return Ok(served??);
     }
     let worker_file = file.worker.clone();
     let worker_shutdown = shutdown.clone();

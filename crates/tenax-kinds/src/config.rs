@@ -32,7 +32,7 @@ fn parse_duration<'de, D: Deserializer<'de>>(text: &str) -> Result<Duration, D::
     })
 }
 
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration::<D>(&text)
 }

@@ -9,12 +9,15 @@
 //!   transaction that finishes the task.
 //! - [`alerts::DeathAlerter`]: tells a webhook about dead tasks, every death in
 //!   exactly one message, a storm summarised.
+//! - [`events::Sequencer`]: gives task events their stream positions under a
+//!   database lease, and prunes delivered events.
 #![forbid(unsafe_code)]
 
 pub mod alerts;
 pub mod callbacks;
 pub mod config;
 mod deliver;
+pub mod events;
 pub mod exec;
 pub mod http;
 pub mod sign;

@@ -4,7 +4,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::model::*;
-use crate::routes::{admin, health, ops, tasks, workflows};
+use crate::routes::{admin, events, health, ops, tasks, workflows};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,7 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/v1/workflows", Access::Enqueue),
     route("GET", "/v1/workflows", Access::Read),
     route("GET", "/v1/workflows/{id}", Access::TaskRead),
+    route("GET", "/v1/events", Access::Read),
 ];
 
 /// The dashboard's routes: the page shell and its assets (open: they hold no data), and
@@ -146,6 +147,7 @@ impl Modify for BearerAuth {
         workflows::create,
         workflows::list,
         workflows::get,
+        events::stream,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
@@ -160,6 +162,7 @@ impl Modify for BearerAuth {
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
         (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues."),
         (name = "workflows", description = "Enqueue a DAG of tasks or a saga, and follow it."),
+        (name = "events", description = "Task events as a resumable Server-Sent Events stream."),
     )
 )]
 struct ApiDoc;

@@ -30,6 +30,7 @@ mod bulk;
 mod common;
 mod due;
 mod error;
+pub mod events;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 pub mod outbox;
@@ -55,6 +56,11 @@ pub use bulk::{
 pub use common::{CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, PAYLOAD_MAX_BYTES};
 pub use due::{DueCount, TaskDueCountParams};
 pub use error::{Result, StorageError};
+pub use events::{
+    EventCursorParams, EventKind, EventLease, EventLeaseParams, EventListParams, EventPage,
+    EventPruneParams, EventRecord, EventRule, EventRuleParams, EventSequenceParams,
+    EVENT_BATCH_MAX, EVENT_SCHEMA, SEQUENCER_LEASE,
+};
 pub use outbox::{
     OutboxClaim, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxPruneParams,
     OutboxRecord, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
@@ -350,6 +356,42 @@ pub trait Storage: Send + Sync + 'static {
     /// asks to decide whether to claim a batch now or wait for it to fill. Read-only;
     /// a hint that the claim itself re-checks.
     async fn task_due_count(&self, params: &TaskDueCountParams) -> Result<DueCount>;
+
+    /// Add (or keep) or remove an event rule; returns whether this call changed the
+    /// rules. Tasks inserted afterwards whose queue and command type a rule covers
+    /// write task events (see [`events`]); tasks already inserted keep what was decided
+    /// at their insert. An invalid queue or type is [`StorageError::Invalid`] and
+    /// changes nothing.
+    async fn event_rule_set(&self, params: &EventRuleParams) -> Result<bool>;
+
+    /// Every event rule, by queue then command type (any first).
+    async fn event_rule_list(&self) -> Result<Vec<EventRule>>;
+
+    /// Take or renew the lease of a single-holder role of the event pipeline (the
+    /// sequencer or a relay): granted when the row is free, lapsed, or already this
+    /// holder's; the epoch is bumped unless this holder renews a lease it still holds.
+    /// `None` when another holder has it. Concurrent callers: at most one holds it.
+    async fn event_lease(&self, params: &EventLeaseParams) -> Result<Option<EventLease>>;
+
+    /// Under the sequencer lease, give up to `limit` committed events without a
+    /// position the next positions, in row order, in one transaction; returns how
+    /// many, or `None` (and writes nothing) when the lease is no longer held under its
+    /// epoch.
+    async fn event_sequence(&self, params: &EventSequenceParams) -> Result<Option<u64>>;
+
+    /// Under a relay's lease, record the last position it delivered (never moving
+    /// backwards); `false` (and nothing written) when the lease is no longer held
+    /// under its epoch.
+    async fn event_cursor_advance(&self, params: &EventCursorParams) -> Result<bool>;
+
+    /// Sequenced events after a position, by position, with the stream's head and
+    /// how far it was pruned.
+    async fn event_list(&self, params: &EventListParams) -> Result<EventPage>;
+
+    /// Delete the sequenced events sequenced before now - `older_than` that every
+    /// named relay delivered, as a prefix of the stream, and record how far the stream
+    /// is pruned; returns how many were deleted.
+    async fn event_prune(&self, params: &EventPruneParams) -> Result<u64>;
 }
 
 /// Most completions [`Storage::task_complete_many_if_leased`] takes in one call.

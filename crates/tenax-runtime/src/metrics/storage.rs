@@ -255,4 +255,42 @@ impl Storage for InstrumentedStorage {
     ) -> Result<tenax_storage::DueCount> {
         timed("task_due_count", self.inner.task_due_count(params)).await
     }
+
+    async fn event_rule_set(&self, params: &tenax_storage::EventRuleParams) -> Result<bool> {
+        timed("event_rule_set", self.inner.event_rule_set(params)).await
+    }
+    async fn event_rule_list(&self) -> Result<Vec<tenax_storage::EventRule>> {
+        timed("event_rule_list", self.inner.event_rule_list()).await
+    }
+    async fn event_lease(
+        &self,
+        params: &tenax_storage::EventLeaseParams,
+    ) -> Result<Option<tenax_storage::EventLease>> {
+        timed("event_lease", self.inner.event_lease(params)).await
+    }
+    async fn event_sequence(
+        &self,
+        params: &tenax_storage::EventSequenceParams,
+    ) -> Result<Option<u64>> {
+        timed("event_sequence", self.inner.event_sequence(params)).await
+    }
+    async fn event_cursor_advance(
+        &self,
+        params: &tenax_storage::EventCursorParams,
+    ) -> Result<bool> {
+        timed(
+            "event_cursor_advance",
+            self.inner.event_cursor_advance(params),
+        )
+        .await
+    }
+    async fn event_list(
+        &self,
+        params: &tenax_storage::EventListParams,
+    ) -> Result<tenax_storage::EventPage> {
+        timed("event_list", self.inner.event_list(params)).await
+    }
+    async fn event_prune(&self, params: &tenax_storage::EventPruneParams) -> Result<u64> {
+        timed("event_prune", self.inner.event_prune(params)).await
+    }
 }

@@ -14,6 +14,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub(crate) mod admin;
+pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod ops;
 pub(crate) mod secrets;
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> Router {
             post(workflows::create).get(workflows::list),
         )
         .route("/v1/workflows/{id}", get(workflows::get))
+        .route("/v1/events", get(events::stream))
         .route("/", get(dashboard::shell))
         .route("/assets/app.js", get(dashboard::app_js))
         .route("/assets/app.css", get(dashboard::app_css))

@@ -36,6 +36,7 @@ fn concrete(path: &str, id: i64) -> String {
         .replace("/schedules/{name}", "/schedules/nightly")
         .replace("/queues/{name}", "/queues/default")
         .replace("/wait", "/wait?timeout_ms=20")
+        .replace("/v1/events", "/v1/events?follow=false")
 }
 
 fn method(m: &str) -> Method {

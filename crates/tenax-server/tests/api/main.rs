@@ -13,6 +13,7 @@
 
 mod auth;
 mod dashboard;
+mod events;
 mod hostile;
 mod inputs;
 mod openapi;

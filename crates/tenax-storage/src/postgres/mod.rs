@@ -54,6 +54,7 @@ mod audit;
 pub mod bench;
 mod bulk;
 mod claim;
+mod events;
 mod insert;
 mod keys;
 mod outbox;
@@ -1260,6 +1261,37 @@ impl Storage for PgStorage {
 
     async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
         self.timed(runtime::due_count(&self.pool, params)).await
+    }
+
+    async fn event_rule_set(&self, params: &crate::EventRuleParams) -> Result<bool> {
+        self.timed(self.event_rule_set_impl(params)).await
+    }
+
+    async fn event_rule_list(&self) -> Result<Vec<crate::EventRule>> {
+        self.timed(self.event_rule_list_impl()).await
+    }
+
+    async fn event_lease(
+        &self,
+        params: &crate::EventLeaseParams,
+    ) -> Result<Option<crate::EventLease>> {
+        self.timed(self.event_lease_impl(params)).await
+    }
+
+    async fn event_sequence(&self, params: &crate::EventSequenceParams) -> Result<Option<u64>> {
+        self.timed(self.event_sequence_impl(params)).await
+    }
+
+    async fn event_cursor_advance(&self, params: &crate::EventCursorParams) -> Result<bool> {
+        self.timed(self.event_cursor_advance_impl(params)).await
+    }
+
+    async fn event_list(&self, params: &crate::EventListParams) -> Result<crate::EventPage> {
+        self.timed(self.event_list_impl(params)).await
+    }
+
+    async fn event_prune(&self, params: &crate::EventPruneParams) -> Result<u64> {
+        self.timed(self.event_prune_impl(params)).await
     }
 }
 

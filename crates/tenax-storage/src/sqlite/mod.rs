@@ -45,6 +45,7 @@ mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod bulk;
+mod events;
 mod insert;
 mod outbox;
 mod queue_stats;
@@ -1123,5 +1124,36 @@ impl Storage for SqliteStorage {
 
     async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
         runtime::due_count(&self.pool, params).await
+    }
+
+    async fn event_rule_set(&self, params: &crate::EventRuleParams) -> Result<bool> {
+        self.event_rule_set_impl(params).await
+    }
+
+    async fn event_rule_list(&self) -> Result<Vec<crate::EventRule>> {
+        self.event_rule_list_impl().await
+    }
+
+    async fn event_lease(
+        &self,
+        params: &crate::EventLeaseParams,
+    ) -> Result<Option<crate::EventLease>> {
+        self.event_lease_impl(params).await
+    }
+
+    async fn event_sequence(&self, params: &crate::EventSequenceParams) -> Result<Option<u64>> {
+        self.event_sequence_impl(params).await
+    }
+
+    async fn event_cursor_advance(&self, params: &crate::EventCursorParams) -> Result<bool> {
+        self.event_cursor_advance_impl(params).await
+    }
+
+    async fn event_list(&self, params: &crate::EventListParams) -> Result<crate::EventPage> {
+        self.event_list_impl(params).await
+    }
+
+    async fn event_prune(&self, params: &crate::EventPruneParams) -> Result<u64> {
+        self.event_prune_impl(params).await
     }
 }

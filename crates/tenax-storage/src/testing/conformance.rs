@@ -19,6 +19,7 @@ pub use super::bulk_insert::{
 pub use super::claims::*;
 pub use super::completions::*;
 pub use super::due::*;
+pub use super::events::*;
 pub use super::keys::*;
 pub use super::observability::*;
 pub use super::outbox::*;

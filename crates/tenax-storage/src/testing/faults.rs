@@ -269,4 +269,29 @@ impl Storage for FaultyStorage {
         self.check(StorageMethod::Claim)?;
         self.inner.task_due_count(params).await
     }
+
+    async fn event_rule_set(&self, params: &crate::EventRuleParams) -> Result<bool> {
+        self.inner.event_rule_set(params).await
+    }
+    async fn event_rule_list(&self) -> Result<Vec<crate::EventRule>> {
+        self.inner.event_rule_list().await
+    }
+    async fn event_lease(
+        &self,
+        params: &crate::EventLeaseParams,
+    ) -> Result<Option<crate::EventLease>> {
+        self.inner.event_lease(params).await
+    }
+    async fn event_sequence(&self, params: &crate::EventSequenceParams) -> Result<Option<u64>> {
+        self.inner.event_sequence(params).await
+    }
+    async fn event_cursor_advance(&self, params: &crate::EventCursorParams) -> Result<bool> {
+        self.inner.event_cursor_advance(params).await
+    }
+    async fn event_list(&self, params: &crate::EventListParams) -> Result<crate::EventPage> {
+        self.inner.event_list(params).await
+    }
+    async fn event_prune(&self, params: &crate::EventPruneParams) -> Result<u64> {
+        self.inner.event_prune(params).await
+    }
 }

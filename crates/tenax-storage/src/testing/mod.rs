@@ -22,6 +22,7 @@ mod claims;
 mod completions;
 pub mod conformance;
 mod due;
+mod events;
 mod faults;
 mod keys;
 mod observability;
@@ -326,6 +327,12 @@ macro_rules! conformance_tests {
                 an_empty_or_oversized_completion_batch_writes_nothing,
                 a_completion_batch_runs_workflow_and_compensation_effects,
                 due_count_counts_due_tasks_of_one_type_up_to_a_limit,
+                task_events_are_written_for_covered_tasks_in_the_transition_transaction,
+                event_listing_filters_and_resumes_by_position,
+                the_event_leases_have_one_holder_and_fence_a_stale_one,
+                concurrent_transitions_are_sequenced_gapless_and_in_order_per_task,
+                pruning_removes_a_delivered_prefix_and_records_it,
+                invalid_event_inputs_are_refused_and_change_nothing,
             );
         }
     };
