@@ -54,7 +54,12 @@ pub fn verify(
     now: i64,
     tolerance_secs: i64,
 ) -> bool {
-    if (now - timestamp).abs() > tolerance_secs {
+    // `abs_diff`: a timestamp from the request may be anything, and `now - timestamp`
+    // overflows for one far enough away.
+    let Ok(tolerance) = u64::try_from(tolerance_secs) else {
+        return false;
+    };
+    if now.abs_diff(timestamp) > tolerance {
         return false;
     }
     header
@@ -67,6 +72,27 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `callback_signature` fuzz target: a timestamp far from now made
+    /// the window check overflow (a panic in a receiver fed a hostile header).
+    #[test]
+    fn fuzz_regression_extreme_timestamps_are_refused_without_overflow() {
+        let now = 1_800_000_000;
+        for timestamp in [i64::MIN, i64::MIN + 1, -1, i64::MAX, i64::MAX - 1] {
+            let sig = signature(b"k", timestamp, b"{}");
+            assert!(
+                !verify(b"k", timestamp, b"{}", &sig, now, 300),
+                "{timestamp}"
+            );
+            assert!(!verify(b"k", timestamp, b"{}", &sig, i64::MIN, 300));
+            assert!(!verify(b"k", timestamp, b"{}", &sig, i64::MAX, 300));
+        }
+        // A negative tolerance accepts nothing; an unbounded one accepts any time.
+        let sig = signature(b"k", now, b"{}");
+        assert!(!verify(b"k", now, b"{}", &sig, now, -1));
+        let sig = signature(b"k", i64::MIN, b"{}");
+        assert!(verify(b"k", i64::MIN, b"{}", &sig, i64::MAX, i64::MAX));
+    }
 
     #[test]
     fn a_signature_verifies_only_for_its_body_time_and_secret() {
