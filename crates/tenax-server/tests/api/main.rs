@@ -15,6 +15,7 @@ mod auth;
 mod dashboard;
 mod hostile;
 mod inputs;
+mod nul;
 mod openapi;
 mod ops;
 mod support;
