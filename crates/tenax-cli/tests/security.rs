@@ -988,6 +988,9 @@ async fn battery_slow_clients_do_not_starve_a_normal_one() {
 // ---------------------------------------------------------------------------------
 // S1: every way of presenting a bad token, on every route, over the socket.
 
+/// A way of presenting a token: what, extra headers, query string.
+type Presented = (&'static str, Vec<(String, String)>, String);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn battery_every_bad_token_is_refused_the_same_way_on_every_route() {
     let h = tenax_storage::testing::sqlite_file().await.unwrap();
@@ -1002,7 +1005,7 @@ async fn battery_every_bad_token_is_refused_the_same_way_on_every_route() {
         Some(r#"{"command_type":"echo"}"#),
     );
     let id = seeded.json()["id"].as_i64().unwrap();
-    let presented: Vec<(&str, Vec<(String, String)>, String)> = vec![
+    let presented: Vec<Presented> = vec![
         ("missing", vec![], String::new()),
         (
             "empty",
