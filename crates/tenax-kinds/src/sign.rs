@@ -77,21 +77,32 @@ mod tests {
     /// the window check overflow (a panic in a receiver fed a hostile header).
     #[test]
     fn fuzz_regression_extreme_timestamps_are_refused_without_overflow() {
-        let now = 1_800_000_000;
-        for timestamp in [i64::MIN, i64::MIN + 1, -1, i64::MAX, i64::MAX - 1] {
+        // Far apart at both ends of the range: refused, without overflowing.
+        for (timestamp, now) in [
+            (i64::MIN, 1_800_000_000),
+            (i64::MIN + 1, 1_800_000_000),
+            (-1, 1_800_000_000),
+            (i64::MAX, 1_800_000_000),
+            (i64::MAX, i64::MIN),
+            (i64::MIN, i64::MAX),
+            (0, i64::MIN),
+        ] {
             let sig = signature(b"k", timestamp, b"{}");
             assert!(
                 !verify(b"k", timestamp, b"{}", &sig, now, 300),
-                "{timestamp}"
+                "{timestamp} at {now}"
             );
-            assert!(!verify(b"k", timestamp, b"{}", &sig, i64::MIN, 300));
-            assert!(!verify(b"k", timestamp, b"{}", &sig, i64::MAX, 300));
         }
-        // A negative tolerance accepts nothing; an unbounded one accepts any time.
-        let sig = signature(b"k", now, b"{}");
-        assert!(!verify(b"k", now, b"{}", &sig, now, -1));
-        let sig = signature(b"k", i64::MIN, b"{}");
-        assert!(verify(b"k", i64::MIN, b"{}", &sig, i64::MAX, i64::MAX));
+        // Close together at the ends of the range: accepted.
+        for (timestamp, now) in [(i64::MIN, i64::MIN + 1), (i64::MAX, i64::MAX - 1)] {
+            let sig = signature(b"k", timestamp, b"{}");
+            assert!(verify(b"k", timestamp, b"{}", &sig, now, 300));
+        }
+        // A negative tolerance accepts nothing; the widest accepts up to 2^63 - 1 apart.
+        let sig = signature(b"k", 7, b"{}");
+        assert!(!verify(b"k", 7, b"{}", &sig, 7, -1));
+        let sig = signature(b"k", i64::MIN + 1, b"{}");
+        assert!(verify(b"k", i64::MIN + 1, b"{}", &sig, 0, i64::MAX));
     }
 
     #[test]
