@@ -543,6 +543,10 @@ async fn sql_injection_changes_nothing(backend: &str, storage: Arc<dyn Storage>,
     assert_eq!(q1.json()["tasks"].as_array().unwrap().len(), 1);
     assert!(!server.log().contains(SECRET), "the secret is in the log");
     assert!(!server.log().contains(ADMIN), "the token is in the log");
+    assert!(
+        !server.log().contains("pw-DSN-secret-7"),
+        "the database password is in the log"
+    );
     report(&format!(
         "sql injection on {backend}: {} strings x {} parameters = {requests} requests, \
          {server_errors} 5xx, slowest {} ms, data unchanged ({} queue names taken literally)",
