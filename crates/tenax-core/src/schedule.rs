@@ -81,6 +81,17 @@ impl Cadence {
                 ),
             ));
         }
+        // An empty item in a list (`,`, `1,,2`) names nothing: croner would accept it and
+        // then search for centuries for a tick, about a second of CPU per call.
+        if let Some(field) = expression
+            .split_whitespace()
+            .find(|f| f.contains(',') && f.split(',').any(str::is_empty))
+        {
+            return Err(InvalidInput::new(
+                "cron",
+                format!("{expression:?}: the list {field:?} has an empty item"),
+            ));
+        }
         let cron = CronParser::builder()
             .seconds(Seconds::Optional)
             .year(Year::Disallowed)

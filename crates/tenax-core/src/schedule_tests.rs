@@ -337,3 +337,24 @@ fn tick_task_numbers_are_valid_and_distinct() {
     assert!(validate_schedule_name("a b").is_err());
     assert!(validate_schedule_name(&"n".repeat(SCHEDULE_NAME_MAX_LEN + 1)).is_err());
 }
+
+/// Found by the `cron` fuzz target (a libFuzzer timeout): `", 0 2-9 * *"` parsed, then
+/// the check that it ever fires searched for about a second before giving up. An empty
+/// list item is now refused before any search.
+#[test]
+fn fuzz_regression_an_empty_list_item_is_refused_before_any_search() {
+    for expression in [", 0 2-9 * *", "1,,2 * * * *", "0 0 1, * *", "0 ,5 * * * *"] {
+        let started = std::time::Instant::now();
+        let err = Cadence::cron(expression, Some("Asia/Kathmandu")).unwrap_err();
+        assert!(
+            err.to_string().contains("empty item"),
+            "{expression}: {err}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(100),
+            "{expression}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(Cadence::cron("0,30 * * * *", None).is_ok());
+}

@@ -213,6 +213,20 @@ impl ExecConfig {
                     format!("{} is not an absolute path", path.display()),
                 ));
             }
+            // The exact path that runs: no `..` or `.` that would make the entry
+            // say one file and run another.
+            if path.components().any(|c| {
+                matches!(
+                    c,
+                    std::path::Component::ParentDir | std::path::Component::CurDir
+                )
+            }) || path.to_string_lossy().contains("/./")
+            {
+                return Err(config_err(
+                    format!("exec.allow.{name}"),
+                    format!("{} holds `..` or `.`: give the plain path", path.display()),
+                ));
+            }
         }
         let timeout = self.timeout.unwrap_or(Self::TIMEOUT_DEFAULT);
         if timeout.is_zero() || timeout > Duration::from_secs(24 * 3600) {
@@ -435,4 +449,35 @@ fn ten_minutes() -> Duration {
 }
 fn one_day() -> Duration {
     Duration::from_secs(24 * 3600)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_allow_list_paths_with_dot_segments_are_refused() {
+        let with = |path: &str| ExecConfig {
+            allow: [("sh".to_owned(), PathBuf::from(path))]
+                .into_iter()
+                .collect(),
+            permanent_exit_codes: Vec::new(),
+            timeout: None,
+            max_output: None,
+            working_dir: None,
+            backoff_base: None,
+            backoff_cap: None,
+        };
+        assert!(with("/bin/sh").validate().is_ok());
+        for bad in [
+            "/bin/../bin/sh",
+            "/usr/bin/../../bin/sh",
+            "/bin/./sh",
+            "bin/sh",
+            "sh",
+        ] {
+            let err = with(bad).validate().unwrap_err().to_string();
+            assert!(err.contains("exec.allow.sh"), "{bad}: {err}");
+        }
+    }
 }

@@ -54,7 +54,12 @@ pub fn verify(
     now: i64,
     tolerance_secs: i64,
 ) -> bool {
-    if (now - timestamp).abs() > tolerance_secs {
+    // `abs_diff`: a timestamp from the request may be anything, and `now - timestamp`
+    // overflows for one far enough away.
+    let Ok(tolerance) = u64::try_from(tolerance_secs) else {
+        return false;
+    };
+    if now.abs_diff(timestamp) > tolerance {
         return false;
     }
     header
@@ -67,6 +72,38 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `callback_signature` fuzz target: a timestamp far from now made
+    /// the window check overflow (a panic in a receiver fed a hostile header).
+    #[test]
+    fn fuzz_regression_extreme_timestamps_are_refused_without_overflow() {
+        // Far apart at both ends of the range: refused, without overflowing.
+        for (timestamp, now) in [
+            (i64::MIN, 1_800_000_000),
+            (i64::MIN + 1, 1_800_000_000),
+            (-1, 1_800_000_000),
+            (i64::MAX, 1_800_000_000),
+            (i64::MAX, i64::MIN),
+            (i64::MIN, i64::MAX),
+            (0, i64::MIN),
+        ] {
+            let sig = signature(b"k", timestamp, b"{}");
+            assert!(
+                !verify(b"k", timestamp, b"{}", &sig, now, 300),
+                "{timestamp} at {now}"
+            );
+        }
+        // Close together at the ends of the range: accepted.
+        for (timestamp, now) in [(i64::MIN, i64::MIN + 1), (i64::MAX, i64::MAX - 1)] {
+            let sig = signature(b"k", timestamp, b"{}");
+            assert!(verify(b"k", timestamp, b"{}", &sig, now, 300));
+        }
+        // A negative tolerance accepts nothing; the widest accepts up to 2^63 - 1 apart.
+        let sig = signature(b"k", 7, b"{}");
+        assert!(!verify(b"k", 7, b"{}", &sig, 7, -1));
+        let sig = signature(b"k", i64::MIN + 1, b"{}");
+        assert!(verify(b"k", i64::MIN + 1, b"{}", &sig, 0, i64::MAX));
+    }
 
     #[test]
     fn a_signature_verifies_only_for_its_body_time_and_secret() {

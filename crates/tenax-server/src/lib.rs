@@ -21,6 +21,10 @@
 //!   a second) against its configured maximum, answering 429 with `Retry-After`; every
 //!   database call is bounded by `db_timeout`, after which the request answers 503 with
 //!   `Retry-After` instead of hanging on an exhausted pool.
+//! - **Connections**: [`serve`] closes a connection whose request headers take longer
+//!   than [`HEADER_TIMEOUT`], fails a request whose body stalls for
+//!   [`BODY_STALL_TIMEOUT`], and keeps at most [`MAX_CONNECTIONS`] open, so slow
+//!   clients (slowloris) cannot hold the server.
 //! - **Dashboard**: `GET /` serves a page shell without data; its script fetches HTML
 //!   fragments under `/ui/` with the user's token (role `read` or `admin`), and shows
 //!   action buttons only to `admin`. Every response carries a strict
@@ -34,6 +38,7 @@ mod config;
 mod dashboard;
 mod error;
 mod extract;
+mod listen;
 mod model;
 mod openapi;
 mod pressure;
@@ -44,6 +49,7 @@ pub use auth::{hash_token, Caller, Role};
 pub use config::{ConfigError, QueueLimit, ServerConfig, TokenConfig};
 pub use dashboard::CSP;
 pub use error::ApiError;
+pub use listen::{BODY_STALL_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS};
 pub use model::*;
 pub use openapi::{openapi, Access, RouteSpec, DASHBOARD_ROUTES, ROUTES};
 pub use routes::router;
@@ -51,13 +57,14 @@ pub use state::AppState;
 
 /// Serve the API on `listener` until `shutdown` is cancelled, then finish the requests
 /// in flight (long-polls return at once with the task as it stands).
+///
+/// Each connection must send its request headers within [`HEADER_TIMEOUT`], and a body
+/// may not stall for longer than [`BODY_STALL_TIMEOUT`]; at most [`MAX_CONNECTIONS`] are
+/// open at once (the rest wait to be accepted).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
-    let app = router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    listen::serve_connections(listener, router(state), shutdown).await
 }

@@ -112,6 +112,76 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The error answers any operation can give besides its own: 401 and 403 from the auth
+/// layer, 400 for a malformed path, query or body, 422 for an invalid value, 413 and 415
+/// for a body over the limit or not JSON, and 503 when the database does not answer in
+/// time. Documented here once, so that every status the server sends is in the document.
+struct CommonErrors;
+
+impl CommonErrors {
+    fn error(description: &str) -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+        utoipa::openapi::ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build()
+            .into()
+    }
+}
+
+impl Modify for CommonErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            for (method, operation) in [
+                ("GET", &mut item.get),
+                ("POST", &mut item.post),
+                ("DELETE", &mut item.delete),
+            ] {
+                let Some(operation) = operation.as_mut() else {
+                    continue;
+                };
+                let access = ROUTES
+                    .iter()
+                    .find(|r| r.method == method && r.path == path.as_str())
+                    .map_or(Access::Admin, |r| r.access);
+                if access == Access::Open {
+                    continue;
+                }
+                let has_input = operation.request_body.is_some()
+                    || operation.parameters.as_ref().is_some_and(|p| !p.is_empty());
+                let mut add = vec![
+                    ("400", "Malformed path, query or body"),
+                    ("401", "Missing or invalid bearer token"),
+                    ("503", "Database unavailable (Retry-After)"),
+                ];
+                if access != Access::TaskRead {
+                    add.push(("403", "The token's role may not use this operation"));
+                }
+                if has_input {
+                    add.push(("422", "Invalid value"));
+                }
+                if method == "POST" {
+                    add.push(("413", "Body over the limit"));
+                }
+                if operation.request_body.is_some() {
+                    add.push(("415", "Body not sent as `application/json`"));
+                }
+                for (status, description) in add {
+                    operation
+                        .responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| Self::error(description));
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -156,7 +226,7 @@ impl Modify for BearerAuth {
         AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
         WorkflowTaskView, WorkflowDetailView, WorkflowPage
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonErrors),
     tags(
         (name = "probes", description = "Liveness and readiness, open without a token."),
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),

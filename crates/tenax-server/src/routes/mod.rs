@@ -7,6 +7,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::dashboard;
@@ -85,13 +86,24 @@ pub fn router(state: AppState) -> Router {
         // and cut off while reading when it has none.
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(RequestBodyLimitLayer::new(body_limit))
+        .layer(RequestBodyTimeoutLayer::new(crate::BODY_STALL_TIMEOUT))
         .layer(CatchPanicLayer::custom(
             |_panic: Box<dyn std::any::Any + Send>| {
                 tracing::error!("a request handler panicked");
                 ApiError::for_status(StatusCode::INTERNAL_SERVER_ERROR).into_response()
             },
         ))
-        .layer(TraceLayer::new_for_http())
+        // The span records the path, never the query string: a client that puts its
+        // token in the query (refused) must not have it written to the log.
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                tracing::debug_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                )
+            }),
+        )
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(dashboard::security_headers))
 }

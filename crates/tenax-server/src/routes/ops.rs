@@ -176,6 +176,7 @@ pub(crate) async fn bulk_reprioritise(
     responses(
         (status = 200, description = "A page of the audit trail", body = AuditPage),
         (status = 400, description = "Bad cursor", body = ErrorBody),
+        (status = 422, description = "Invalid filter", body = ErrorBody),
     ))]
 pub(crate) async fn audit(
     State(state): State<AppState>,
@@ -193,6 +194,16 @@ pub(crate) async fn audit(
         .map(crate::routes::tasks::decode_cursor)
         .transpose()?
         .map(|id| id.0);
+    for (field, value) in [("actor", &query.actor), ("action", &query.action)] {
+        if value
+            .as_deref()
+            .is_some_and(|v| v.len() > 200 || v.chars().any(char::is_control))
+        {
+            return Err(ApiError::invalid(format!(
+                "{field}: at most 200 bytes, without control characters"
+            )));
+        }
+    }
     let params = AuditListParams {
         before_id,
         limit,

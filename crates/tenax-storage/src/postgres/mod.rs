@@ -332,6 +332,14 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
                 || code.starts_with("53");
             if transient {
                 StorageError::Transient(Box::new(err))
+            } else if matches!(code.as_str(), "22021" | "22P05") {
+                // A NUL character in text (22021), or `\u0000` in JSON (22P05):
+                // PostgreSQL stores neither, so the value is invalid input, not a
+                // database failure.
+                StorageError::Invalid(tenax_core::InvalidInput::new(
+                    "text",
+                    "must not contain a NUL character (\\u0000)",
+                ))
             } else {
                 StorageError::Database(Box::new(err))
             }
