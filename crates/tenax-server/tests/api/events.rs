@@ -197,23 +197,30 @@ async fn a_client_that_resumes_from_its_last_id_misses_nothing(h: &Harness) {
     });
 
     let mut received: Vec<Message> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The next message, or a failure naming how far the stream got by the deadline.
+    let within = |received: &Vec<Message>| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let got = received.len();
+        move |next: Result<Message, tokio::time::error::Elapsed>| {
+            next.unwrap_or_else(|_| panic!("only {got} of {expected} events after {left:?}"))
+        }
+    };
     let mut first = SseClient::connect(served.addr, "/v1/events?after=0", None).await;
     assert_eq!(first.status, 200);
     while received.len() < expected / 3 {
-        received.push(first.next().await);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let check = within(&received);
+        received.push(check(tokio::time::timeout(left, first.next()).await));
     }
     let last = received.last().unwrap().id.unwrap();
     drop(first);
     let mut second = SseClient::connect(served.addr, "/v1/events", Some(last)).await;
     assert_eq!(second.status, 200);
-    let deadline = Instant::now() + Duration::from_secs(60);
     while received.len() < expected {
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {expected} events",
-            received.len()
-        );
-        received.push(second.next().await);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let check = within(&received);
+        received.push(check(tokio::time::timeout(left, second.next()).await));
     }
     enqueuer.await.unwrap();
 
