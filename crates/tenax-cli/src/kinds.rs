@@ -49,6 +49,10 @@ impl Kinds {
         kinds.callbacks.validate()?;
         kinds.alerts.validate()?;
         kinds.events.validate()?;
+        #[cfg(not(feature = "nats"))]
+        if kinds.events.nats.is_some() {
+            anyhow::bail!("events.nats: this build has no NATS support (cargo feature `nats`)");
+        }
         Ok(kinds)
     }
 
@@ -123,8 +127,33 @@ impl Kinds {
             std::process::id(),
             rand::random::<u32>()
         );
-        let sequencer = Sequencer::new(storage.clone(), holder, self.events.clone(), Vec::new());
-        tokio::spawn(sequencer.run(shutdown.clone()))
+        #[cfg(feature = "nats")]
+        let relay = self.events.nats.clone().map(|nats| {
+            tracing::info!(url = %nats.url, stream = %nats.stream, "relaying task events to NATS");
+            let relay = tenax_kinds::events_nats::NatsRelay::new(
+                storage.clone(),
+                holder.clone(),
+                self.events.clone(),
+                nats,
+            );
+            tokio::spawn(relay.run(shutdown.clone()))
+        });
+        let sequencer = Sequencer::new(
+            storage.clone(),
+            holder,
+            self.events.clone(),
+            self.events.relays(),
+        );
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            sequencer.run(shutdown).await;
+            #[cfg(feature = "nats")]
+            if let Some(relay) = relay {
+                if let Err(e) = relay.await {
+                    tracing::warn!(error = %e, "the NATS relay stopped abnormally");
+                }
+            }
+        })
     }
 }
 
