@@ -225,5 +225,12 @@ pub(crate) fn reference() -> Vec<crate::config::Key> {
         key("events.batch", "", e.batch.to_string(), "Task events given their stream position per transaction."),
         key("events.retention", "", secs(e.retention), "Task events older than this, and delivered by every relay, are deleted."),
         key("events.prune_interval", "", secs(e.prune_interval), "Time between two prunes of task events."),
+        key("events.nats.url", "", "none".into(),
+            "NATS server (`nats://` or `tls://`) the relay publishes task events to with JetStream acknowledgements; the relay runs when this table is set (builds with the `nats` feature)."),
+        key("events.nats.stream", "", "TENAX_EVENTS".into(),
+            "JetStream stream the relay publishes into; created when missing, holding `<subject_prefix>.>`."),
+        key("events.nats.subject_prefix", "", "tenax.events".into(),
+            "Events go to `<subject_prefix>.<queue>.<event>`, with the event's id as `Nats-Msg-Id` so JetStream drops a republished copy."),
+        key("events.nats.ack_timeout", "", "5s".into(), "Longest wait for one publish acknowledgement."),
     ]
 }

@@ -332,3 +332,53 @@ mod relay {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::NatsConfig;
+    use crate::events::EventsConfig;
+
+    fn parse(text: &str) -> Result<EventsConfig, String> {
+        let config: EventsConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    #[test]
+    fn the_nats_table_takes_defaults_and_refuses_bad_values() {
+        let config = parse(r#"{"nats": {"url": "nats://127.0.0.1:4222"}}"#).unwrap();
+        let nats = config.nats.clone().unwrap();
+        assert_eq!(nats.stream, "TENAX_EVENTS");
+        assert_eq!(nats.subject_prefix, "tenax.events");
+        assert_eq!(config.relays(), vec![NatsConfig::LEASE.to_owned()]);
+        assert!(EventsConfig::default().relays().is_empty());
+        assert_eq!(
+            nats.subject("billing.eu *>", "succeeded"),
+            "tenax.events.billing_eu___.succeeded"
+        );
+        for (bad, key) in [
+            (r#"{"url": "http://x"}"#, "events.nats.url"),
+            (
+                r#"{"url": "nats://x", "stream": "a.b"}"#,
+                "events.nats.stream",
+            ),
+            (
+                r#"{"url": "nats://x", "subject_prefix": "a.>"}"#,
+                "events.nats.subject_prefix",
+            ),
+            (
+                r#"{"url": "nats://x", "subject_prefix": "a..b"}"#,
+                "events.nats.subject_prefix",
+            ),
+            (
+                r#"{"url": "nats://x", "ack_timeout": "0s"}"#,
+                "events.nats.ack_timeout",
+            ),
+        ] {
+            let err = parse(&format!(r#"{{"nats": {bad}}}"#)).unwrap_err();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+        assert!(parse(r#"{"nats": {"url": "nats://x", "extra": 1}}"#).is_err());
+    }
+}
