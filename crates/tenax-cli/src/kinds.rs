@@ -49,6 +49,10 @@ impl Kinds {
         kinds.callbacks.validate()?;
         kinds.alerts.validate()?;
         kinds.events.validate()?;
+        #[cfg(not(feature = "nats"))]
+        if kinds.events.nats.is_some() {
+            anyhow::bail!("events.nats: this build has no NATS support (cargo feature `nats`)");
+        }
         Ok(kinds)
     }
 
@@ -123,8 +127,33 @@ impl Kinds {
             std::process::id(),
             rand::random::<u32>()
         );
-        let sequencer = Sequencer::new(storage.clone(), holder, self.events.clone(), Vec::new());
-        tokio::spawn(sequencer.run(shutdown.clone()))
+        #[cfg(feature = "nats")]
+        let relay = self.events.nats.clone().map(|nats| {
+            tracing::info!(url = %nats.url, stream = %nats.stream, "relaying task events to NATS");
+            let relay = tenax_kinds::events_nats::NatsRelay::new(
+                storage.clone(),
+                holder.clone(),
+                self.events.clone(),
+                nats,
+            );
+            tokio::spawn(relay.run(shutdown.clone()))
+        });
+        let sequencer = Sequencer::new(
+            storage.clone(),
+            holder,
+            self.events.clone(),
+            self.events.relays(),
+        );
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            sequencer.run(shutdown).await;
+            #[cfg(feature = "nats")]
+            if let Some(relay) = relay {
+                if let Err(e) = relay.await {
+                    tracing::warn!(error = %e, "the NATS relay stopped abnormally");
+                }
+            }
+        })
     }
 }
 
@@ -196,5 +225,12 @@ pub(crate) fn reference() -> Vec<crate::config::Key> {
         key("events.batch", "", e.batch.to_string(), "Task events given their stream position per transaction."),
         key("events.retention", "", secs(e.retention), "Task events older than this, and delivered by every relay, are deleted."),
         key("events.prune_interval", "", secs(e.prune_interval), "Time between two prunes of task events."),
+        key("events.nats.url", "", "none".into(),
+            "NATS server (`nats://` or `tls://`) the relay publishes task events to with JetStream acknowledgements; the relay runs when this table is set (builds with the `nats` feature)."),
+        key("events.nats.stream", "", "TENAX_EVENTS".into(),
+            "JetStream stream the relay publishes into; created when missing, holding `<subject_prefix>.>`."),
+        key("events.nats.subject_prefix", "", "tenax.events".into(),
+            "Events go to `<subject_prefix>.<queue>.<event>`, with the event's id as `Nats-Msg-Id` so JetStream drops a republished copy."),
+        key("events.nats.ack_timeout", "", "5s".into(), "Longest wait for one publish acknowledgement."),
     ]
 }

@@ -34,6 +34,8 @@ pub struct EventsConfig {
     /// Time between two prunes. Defaults to 1 minute.
     #[serde(deserialize_with = "crate::config::duration")]
     pub prune_interval: Duration,
+    /// The NATS JetStream relay (`[events.nats]`), off when absent.
+    pub nats: Option<crate::events_nats::NatsConfig>,
 }
 
 impl EventsConfig {
@@ -64,7 +66,22 @@ impl EventsConfig {
         if self.prune_interval.is_zero() {
             return bad("prune_interval", "must be above zero");
         }
+        if let Some(nats) = &self.nats {
+            nats.validate()?;
+        }
         Ok(())
+    }
+}
+
+impl EventsConfig {
+    /// The lease names of the configured relays: the pruner keeps every event until
+    /// each of them delivered it.
+    pub fn relays(&self) -> Vec<String> {
+        let mut relays = Vec::new();
+        if self.nats.is_some() {
+            relays.push(crate::events_nats::NatsConfig::LEASE.to_owned());
+        }
+        relays
     }
 }
 
@@ -76,6 +93,7 @@ impl Default for EventsConfig {
             batch: Self::BATCH_DEFAULT,
             retention: Self::RETENTION_DEFAULT,
             prune_interval: Self::PRUNE_INTERVAL_DEFAULT,
+            nats: None,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod callbacks;
 pub mod config;
 mod deliver;
 pub mod events;
+pub mod events_nats;
 pub mod exec;
 pub mod http;
 pub mod sign;
