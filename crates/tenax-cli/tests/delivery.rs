@@ -707,17 +707,21 @@ async fn a_burst_of_500_deaths_is_alerted_with_each_death_in_exactly_one_message
         (alerted >= 500).then_some(())
     })
     .await;
-    // Nothing is left to send, and no message is sent twice.
-    let pending = storage
-        .outbox_list(&OutboxListParams {
-            kind: Some(OutboxKind::Death),
-            status: Some(OutboxStatus::Pending),
-            task_id: None,
-            limit: 1000,
-        })
-        .await
-        .unwrap();
-    assert!(pending.is_empty(), "{pending:?}");
+    // Nothing is left to send once the sender settled what the webhook acknowledged
+    // (it settles after the answer, so wait for it), and no message is sent twice.
+    wait_for("every death settled", Duration::from_secs(30), || async {
+        let pending = storage
+            .outbox_list(&OutboxListParams {
+                kind: Some(OutboxKind::Death),
+                status: Some(OutboxStatus::Pending),
+                task_id: None,
+                limit: 1000,
+            })
+            .await
+            .unwrap();
+        pending.is_empty().then_some(())
+    })
+    .await;
     let messages: Vec<Value> = webhook
         .seen()
         .iter()

@@ -91,6 +91,12 @@ const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// `ER_LOCK_DEADLOCK`: InnoDB chose this transaction as a deadlock victim.
 const ER_LOCK_DEADLOCK: u16 = 1213;
+/// `ER_AUTOINC_READ_FAILED`: an insert could not take its auto-increment value. InnoDB
+/// reports a deadlock on the table's AUTO-INC lock this way; the event triggers'
+/// `INSERT ... SELECT` into `tenax_events` take that lock while the sequencer's
+/// locking read holds rows of the same table. Like a deadlock, the transaction was
+/// rolled back and can simply run again.
+const ER_AUTOINC_READ_FAILED: u16 = 1467;
 /// Server-side connection failures: too many connections (1040), server shutdown
 /// (1053), connection killed (MariaDB 1927).
 const CONNECTION_ERRORS: [u16; 3] = [1040, 1053, 1927];
@@ -249,15 +255,18 @@ impl MySqlStorage {
         if privileged {
             return Ok(());
         }
-        Err(StorageError::Migration(format!(
-            "migrations {pending:?} create triggers (the outbox of callbacks and alerts), \
-                 and with binary logging on that needs the SUPER privilege or \
-                 log_bin_trust_function_creators = 1: run `SET GLOBAL \
-                 log_bin_trust_function_creators = 1` (and set it in the server's \
-                 configuration) or migrate once as a user with SUPER"
-        )))
+        Err(StorageError::Migration(
+            format!("migrations {pending:?}") + TRIGGER_PRIVILEGE_HINT,
+        ))
     }
 }
+
+/// What a user must do to apply a migration that creates a trigger with binary logging
+/// on (the error of `check_trigger_privilege`, after the pending migrations' numbers).
+const TRIGGER_PRIVILEGE_HINT: &str = " create triggers (the outbox of callbacks and alerts, \
+    task events), and with binary logging on that needs the SUPER privilege or \
+    log_bin_trust_function_creators = 1: run `SET GLOBAL log_bin_trust_function_creators = 1` \
+    (and set it in the server's configuration) or migrate once as a user with SUPER";
 
 /// Drop database `name` on the server `server_url` names, if it exists, and create it
 /// empty (for the demo and benchmarks, which want a database of their own).
@@ -326,7 +335,9 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
     let number = mysql_error_number(&err);
     match &err {
         sqlx::Error::Database(_) => match number {
-            Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT) => StorageError::Transient(Box::new(err)),
+            Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT | ER_AUTOINC_READ_FAILED) => {
+                StorageError::Transient(Box::new(err))
+            }
             Some(n) if CONNECTION_ERRORS.contains(&n) || FAILOVER_ERRORS.contains(&n) => {
                 StorageError::Transient(Box::new(err))
             }
@@ -358,7 +369,12 @@ fn is_lock_conflict(err: &StorageError) -> bool {
     source
         .downcast_ref::<sqlx::Error>()
         .and_then(mysql_error_number)
-        .is_some_and(|n| matches!(n, ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT))
+        .is_some_and(|n| {
+            matches!(
+                n,
+                ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT | ER_AUTOINC_READ_FAILED
+            )
+        })
 }
 
 /// Run a whole transaction, again when it lost a lock conflict (after a jittered,
