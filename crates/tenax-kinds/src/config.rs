@@ -183,8 +183,13 @@ pub struct ExecConfig {
     /// Longest a run may take; then it is killed and the attempt retried. Default 60s.
     #[serde(default, deserialize_with = "duration_map")]
     pub timeout: Option<Duration>,
-    /// Most bytes of standard output and of standard error kept each. Default 64 KiB.
+    /// Most bytes of standard output and of standard error kept each, up to 1 MiB.
+    /// Default 64 KiB.
     pub max_output: Option<usize>,
+    /// Names of the worker's environment variables every run receives (`PATH`,
+    /// `LANG`, ...). Every other variable is withheld. Default: none.
+    #[serde(default)]
+    pub env: Vec<String>,
     /// The working directory of every run. Default: the temporary directory.
     pub working_dir: Option<PathBuf>,
     /// First retry delay of a failed run, doubling per attempt (full jitter).
@@ -201,6 +206,8 @@ impl ExecConfig {
     pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
     /// Default for [`max_output`](Self::max_output).
     pub const MAX_OUTPUT_DEFAULT: usize = 64 * 1024;
+    /// Largest [`max_output`](Self::max_output) allowed: 1 MiB.
+    pub const MAX_OUTPUT_LIMIT: usize = 1024 * 1024;
 
     /// Check the allow-list and bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -240,8 +247,28 @@ impl ExecConfig {
             ));
         }
         let max = self.max_output.unwrap_or(Self::MAX_OUTPUT_DEFAULT);
-        if max == 0 || max > 16 * 1024 * 1024 {
-            return Err(config_err("exec.max_output", "use 1 byte to 16 MiB"));
+        if max == 0 || max > Self::MAX_OUTPUT_LIMIT {
+            return Err(config_err(
+                "exec.max_output",
+                "use 1 byte to 1 MiB (1048576)",
+            ));
+        }
+        for name in &self.env {
+            let mut chars = name.chars();
+            let valid = chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && name.len() <= 128;
+            if !valid {
+                return Err(config_err(
+                    "exec.env",
+                    format!(
+                        "{:?} is not a variable name (letters, digits and _, not first a digit)",
+                        name.chars().take(130).collect::<String>()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -464,6 +491,7 @@ mod tests {
             permanent_exit_codes: Vec::new(),
             timeout: None,
             max_output: None,
+            env: Vec::new(),
             working_dir: None,
             backoff_base: None,
             backoff_cap: None,

@@ -2,10 +2,12 @@
 //!
 //! Payload: `{"program": "report", "args": ["--day", "2026-12-01"]}`. The program is a
 //! name from `[exec] allow`, which maps it to an absolute path; the arguments are
-//! passed as an array, never through a shell. The run gets a clean environment (no
-//! variables at all), no standard input, the configured working directory, and a
-//! timeout after which it is killed. Standard output and error are kept up to
-//! `max_output` bytes each (the rest is read and dropped).
+//! passed as an array, never through a shell. The run gets a clean environment (only
+//! the worker's variables named in `env`), no standard input, the configured working
+//! directory, and a process group of its own. At the timeout, or when the task's run
+//! is abandoned (the worker stops, the lease is lost), the whole group is killed:
+//! children the program started die with it. Standard output and error are kept up
+//! to `max_output` bytes each (at most 1 MiB; the rest is read and dropped).
 //!
 //! Exit code 0: success, the result is `{"exit_code": 0, "stdout": ..., "stderr": ...}`.
 //! A code listed in `permanent_exit_codes`: permanent. Any other code, a signal, or
@@ -57,6 +59,43 @@ impl ExecKind {
         Ok(Self {
             config: Arc::new(config),
         })
+    }
+}
+
+/// The process group of a started program (its own: the program leads it). Dropped
+/// while armed, it kills every process of the group, so that neither a timeout nor
+/// an abandoned run leaves the program's children running.
+struct ProcessGroup {
+    leader: Option<rustix::process::Pid>,
+}
+
+impl ProcessGroup {
+    fn of(child: &tokio::process::Child) -> Self {
+        let leader = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw);
+        Self { leader }
+    }
+
+    /// Send SIGKILL to every process of the group (once). A group already empty is
+    /// not an error.
+    fn kill(&mut self) {
+        if let Some(leader) = self.leader.take() {
+            if let Err(e) =
+                rustix::process::kill_process_group(leader, rustix::process::Signal::KILL)
+            {
+                if e != rustix::io::Errno::SRCH {
+                    tracing::warn!(error = %e, group = leader.as_raw_nonzero().get(), "killing an exec process group failed");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -114,13 +153,19 @@ impl Command for ExecKind {
             .working_dir
             .clone()
             .unwrap_or_else(std::env::temp_dir);
-        let mut child = tokio::process::Command::new(path)
-            .args(&ctx.args)
-            .env_clear()
+        let mut command = tokio::process::Command::new(path);
+        command.args(&ctx.args).env_clear();
+        for name in &self.config.env {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        let mut child = command
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| {
@@ -134,6 +179,8 @@ impl Command for ExecKind {
                     CommandError::retryable(message)
                 }
             })?;
+        // From here on, returning or being dropped kills the program's whole group.
+        let mut group = ProcessGroup::of(&child);
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(CommandError::retryable(
                 "the program's output pipes are missing",
@@ -148,7 +195,9 @@ impl Command for ExecKind {
         let ((out, out_cut), (err, err_cut), status) = match finished {
             Ok(done) => done,
             Err(_) => {
-                // kill_on_drop would too; kill now and reap so no zombie is left.
+                // The whole group (children holding the pipes included), then reap the
+                // program so no zombie is left.
+                group.kill();
                 let _ = child.kill().await;
                 return Err(CommandError::retryable(format!(
                     "{} timed out after {timeout:?} and was killed",
@@ -156,6 +205,9 @@ impl Command for ExecKind {
                 )));
             }
         };
+        // The program has exited and its output is closed; processes it left behind in
+        // its group (detached from the pipes) end with it.
+        group.kill();
         let status = status.map_err(|e| CommandError::retryable(format!("waiting: {e}")))?;
         let stdout = String::from_utf8_lossy(&out).into_owned();
         let stderr = String::from_utf8_lossy(&err).into_owned();
