@@ -1,11 +1,15 @@
 //! The cron parser: an arbitrary expression and time zone, then the next and previous
 //! ticks around an arbitrary instant. Parsing may refuse; it must never panic, and the
-//! ticks it computes must agree with each other (checked by brute force for
-//! expressions with seconds resolution over a short window).
+//! ticks it computes must agree with each other. For plain expressions in zones
+//! without daylight saving time, the next tick is also checked against an independent
+//! brute-force reading (`tenax_fuzz::cron_oracle`): it must be a time the expression
+//! names, and no such time may lie between the instant and it (searched second by
+//! second for an hour, or minute by minute for two days).
 #![no_main]
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use libfuzzer_sys::fuzz_target;
 use tenax_core::Cadence;
+use tenax_fuzz::cron_oracle::Oracle;
 
 const ZONES: &[Option<&str>] = &[
     None,
@@ -14,7 +18,56 @@ const ZONES: &[Option<&str>] = &[
     Some("America/New_York"),
     Some("Australia/Lord_Howe"),
     Some("Asia/Kathmandu"),
+    Some("Asia/Kolkata"),
 ];
+
+/// Zones with one fixed offset over 1970-2200, where local time is UTC shifted.
+const FIXED: &[Option<&str>] = &[None, Some("UTC"), Some("Asia/Kolkata")];
+
+/// Check `next` (the parser's first tick after `at`) against the oracle.
+fn differential(
+    oracle: &Oracle,
+    expression: &str,
+    zone: Option<&str>,
+    at: DateTime<Utc>,
+    next: Option<DateTime<Utc>>,
+) {
+    let Ok(tz) = zone.unwrap_or("UTC").parse::<chrono_tz::Tz>() else {
+        return;
+    };
+    let (step, count) = if oracle.has_seconds() {
+        (Duration::seconds(1), 3_600)
+    } else {
+        (Duration::minutes(1), 2 * 1_440)
+    };
+    // The first candidate strictly after `at`: the next whole second, or minute.
+    let mut candidate = if oracle.has_seconds() {
+        at + Duration::seconds(1)
+    } else {
+        let secs = at.timestamp();
+        let Some(minute) = Utc.timestamp_opt(secs - secs.rem_euclid(60), 0).single() else {
+            return;
+        };
+        minute + Duration::minutes(1)
+    };
+    for _ in 0..count {
+        if oracle.matches(&candidate.with_timezone(&tz).naive_local()) {
+            assert_eq!(
+                next,
+                Some(candidate),
+                "{expression:?} in {zone:?} after {at}: the brute force finds {candidate}"
+            );
+            return;
+        }
+        candidate += step;
+    }
+    if let Some(next) = next {
+        assert!(
+            next >= candidate,
+            "{expression:?} in {zone:?} after {at}: {next} is not a time the expression names"
+        );
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
@@ -36,6 +89,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let next = cadence.next_after(at);
+    if FIXED.contains(&zone) {
+        if let Some(oracle) = Oracle::parse(expression) {
+            differential(&oracle, expression, zone, at, next);
+        }
+    }
     if let Some(next) = next {
         assert!(
             next > at,

@@ -2,6 +2,8 @@
 //! every answer must pass (no 5xx, a JSON body, the error shape on every error).
 use std::sync::{Arc, OnceLock};
 
+pub mod cron_oracle;
+
 use axum::body::Body;
 use axum::http::{header, Method, Request};
 use axum::Router;
