@@ -176,3 +176,7 @@ pub(crate) async fn require_token(
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
 }
+
+#[cfg(test)]
+#[path = "auth_timing.rs"]
+mod timing;

@@ -1,4 +1,6 @@
-//! The one error shape of the API: `{"error": {"code": "snake_case", "message": "..."}}`.
+//! The one error shape of the API:
+//! `{"error": {"code": "snake_case", "field": "tasks[3].priority", "message": "..."}}`,
+//! `field` present only when the request field at fault is known.
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -14,6 +16,9 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong.
     pub message: String,
+    /// The request field at fault, when known: a dotted path into the JSON body
+    /// (`task_no`, `tasks[3].payload`), or a query or path parameter's name.
+    pub field: Option<String>,
     /// `Retry-After` seconds, if the request may succeed later.
     pub retry_after: Option<u64>,
 }
@@ -26,7 +31,19 @@ struct Body<'a> {
 #[derive(Serialize)]
 struct Inner<'a> {
     code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
     message: &'a str,
+}
+
+/// `field` under `place`: `tasks[3]` and `priority` give `tasks[3].priority`, `tasks` and
+/// `[3]` give `tasks[3]`.
+fn join_field(place: &str, field: &str) -> String {
+    if field.starts_with('[') {
+        format!("{place}{field}")
+    } else {
+        format!("{place}.{field}")
+    }
 }
 
 impl ApiError {
@@ -36,15 +53,32 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            field: None,
             retry_after: None,
         }
     }
 
+    /// The same error, naming the request field at fault.
+    pub(crate) fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// The same error, its field put under `place` (`priority` becomes
+    /// `tasks[3].priority`; no field becomes `tasks[3]`).
+    pub(crate) fn within(mut self, place: &str) -> Self {
+        self.field = Some(match &self.field {
+            Some(field) => join_field(place, field),
+            None => place.to_owned(),
+        });
+        self
+    }
+
     /// The same error, its message prefixed with where in the request it arose
-    /// (`tasks[3]: ...`).
+    /// (`tasks[3]: ...`) and its field put under that place.
     pub(crate) fn at(mut self, place: &str) -> Self {
         self.message = format!("{place}: {}", self.message);
-        self
+        self.within(place)
     }
 
     pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
@@ -114,6 +148,7 @@ impl IntoResponse for ApiError {
         let body = Body {
             error: Inner {
                 code: self.code,
+                field: self.field.as_deref(),
                 message: &self.message,
             },
         };
@@ -142,6 +177,8 @@ impl From<StorageError> for ApiError {
             StorageError::InvalidState { .. } => {
                 Self::new(StatusCode::CONFLICT, "invalid_state", e.to_string())
             }
+            // The store cannot tell which request field a value came from (a NUL refused by
+            // PostgreSQL is reported as `text`), so no field is named.
             StorageError::Invalid(_) => Self::invalid(e.to_string()),
             StorageError::Transient(_) => {
                 tracing::warn!(error = %e, "database unavailable");
@@ -163,7 +200,7 @@ impl From<tenax::Error> for ApiError {
     fn from(e: tenax::Error) -> Self {
         match e {
             tenax::Error::Storage(e) => e.into(),
-            tenax::Error::Invalid(e) => Self::invalid(e.to_string()),
+            tenax::Error::Invalid(e) => e.into(),
             other => Self::invalid(other.to_string()),
         }
     }
@@ -171,6 +208,16 @@ impl From<tenax::Error> for ApiError {
 
 impl From<tenax::InvalidInput> for ApiError {
     fn from(e: tenax::InvalidInput) -> Self {
-        Self::invalid(e.to_string())
+        let error = Self::invalid(e.to_string());
+        // Validation in the core names fields as the request does (`task_no`, `queue`);
+        // a library-only name with a space in it (`max attempts`) is not a request field.
+        if e.field
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            error.field(e.field)
+        } else {
+            error
+        }
     }
 }

@@ -8,17 +8,24 @@ use utoipa::{IntoParams, ToSchema};
 
 /// The error body every failure carries.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"error": {"code": "invalid_input", "message": "priority: must be 0 to 9, got 12"}}))]
+#[schema(example = json!({"error": {"code": "invalid_input", "field": "priority", "message": "priority: must be 0 to 9, got 12"}}))]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
 }
 
-/// A machine-readable code and a message for people.
+/// A machine-readable code, the request field at fault when known, and a message for
+/// people.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable snake_case code.
     pub code: String,
+    /// The request field at fault, when known: a dotted path into the JSON body
+    /// (`task_no`, `tasks[3].payload`), or the name of a query or path parameter
+    /// (`status`, `limit`, `cursor`, `id`). Absent when the error is about the request
+    /// as a whole (a body that is not JSON at all, a missing token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     /// What went wrong.
     pub message: String,
 }
@@ -122,8 +129,9 @@ impl TaskView {
 pub struct EnqueueRequest {
     /// A command type the server accepts.
     pub command_type: String,
-    /// The handler's context (any JSON; default `{}`).
-    #[serde(default = "empty_object")]
+    /// The handler's context (any JSON; default `{}`). An object with the same key
+    /// twice is refused.
+    #[serde(default = "empty_object", deserialize_with = "unique_keys")]
     pub payload: Value,
     /// Idempotency key: enqueueing the same number again returns the same task (200),
     /// or 409 if its type or payload differ. Default: a fresh UUIDv7.
@@ -154,6 +162,94 @@ pub struct EnqueueRequest {
 
 fn empty_object() -> Value {
     json!({})
+}
+
+/// Any JSON value, refusing an object that has the same key twice: JSON leaves such an
+/// object's meaning open (parsers keep the first, the last, or fail), so a payload that
+/// a handler in another language could read differently is not accepted.
+fn unique_keys<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    deserializer.deserialize_any(UniqueKeys)
+}
+
+struct UniqueKeys;
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("a number JSON cannot hold"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(UniqueKeys)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                let shown: String = key.chars().take(40).collect();
+                // serde's wording for a struct's repeated field, which the API's
+                // decoder turns into the error's `field`.
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate field `{shown}`"
+                )));
+            }
+            let value = map.next_value_seed(UniqueKeys)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 /// Several tasks to enqueue in one request (each with its own outcome).
@@ -387,8 +483,9 @@ pub struct ScheduleRequest {
     pub name: String,
     /// A command type the server accepts.
     pub command_type: String,
-    /// Payload of each task (default `{}`).
-    #[serde(default = "empty_object")]
+    /// Payload of each task (default `{}`). An object with the same key twice is
+    /// refused.
+    #[serde(default = "empty_object", deserialize_with = "unique_keys")]
     pub payload: Value,
     /// Cron expression: 5 fields, or 6 with seconds first.
     pub cron: Option<String>,

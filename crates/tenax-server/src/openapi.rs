@@ -186,7 +186,7 @@ impl Modify for CommonErrors {
 #[openapi(
     info(
         title = "Tenax HTTP API",
-        description = "Enqueue, inspect and operate durable tasks. Errors are always `{\"error\": {\"code\", \"message\"}}`."
+        description = "Enqueue, inspect and operate durable tasks. Errors are always `{\"error\": {\"code\", \"field\", \"message\"}}`, `field` (the request field at fault) only when known."
     ),
     paths(
         health::healthz,

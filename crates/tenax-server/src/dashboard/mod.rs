@@ -290,7 +290,7 @@ pub(crate) async fn tasks(
     let status = given(&query.status)
         .map(|s| {
             s.parse::<TaskStatus>()
-                .map_err(|_| ApiError::invalid("status: unknown status"))
+                .map_err(|_| ApiError::invalid("status: unknown status").field("status"))
         })
         .transpose()?;
     let params = TaskListParams {

@@ -118,9 +118,27 @@ fn small(
     match value {
         None => Ok(default),
         Some(v) if (min..=max).contains(&v) => Ok(v),
-        Some(v) => Err(ApiError::invalid(format!(
-            "{field}: must be {min} to {max}, got {v}"
-        ))),
+        Some(v) => {
+            Err(ApiError::invalid(format!("{field}: must be {min} to {max}, got {v}")).field(field))
+        }
+    }
+}
+
+/// A schedule the core refused, its field named as the request names it.
+fn schedule_refused(e: tenax::InvalidInput) -> ApiError {
+    let field = match e.field {
+        "schedule name" => Some("name"),
+        "every" => Some("every_secs"),
+        "timeout" => Some("timeout_ms"),
+        "context" => Some("payload"),
+        "cron" | "timezone" | "catch_up" | "payload" | "payload_version" | "max_attempts"
+        | "queue" | "priority" | "command_type" => Some(e.field),
+        _ => None,
+    };
+    let error = ApiError::invalid(e.to_string());
+    match field {
+        Some(field) => error.field(field),
+        None => error,
     }
 }
 
@@ -144,11 +162,12 @@ pub(crate) async fn create_schedule(
             Schedule::every(&req.name, Duration::from_secs(secs))
         }
         (None, Some(secs)) => {
-            return Err(ApiError::invalid(format!(
-                "every_secs: must be 1 to 31622400, got {secs}"
-            )))
+            return Err(
+                ApiError::invalid(format!("every_secs: must be 1 to 31622400, got {secs}"))
+                    .field("every_secs"),
+            )
         }
-        _ => return Err(ApiError::invalid("give cron or every_secs (one of them)")),
+        _ => return Err(ApiError::invalid("give cron or every_secs (one of them)").field("cron")),
     };
     if let Some(zone) = &req.timezone {
         schedule = schedule.timezone(zone);
@@ -172,7 +191,8 @@ pub(crate) async fn create_schedule(
         .timeout(Duration::from_millis(
             u64::try_from(timeout_ms).unwrap_or(300_000),
         ))
-        .build()?;
+        .build()
+        .map_err(schedule_refused)?;
     let (stored, change) = state
         .db(state
             .storage()
@@ -314,7 +334,8 @@ async fn update_queue(
     change: QueueChange,
     action: &str,
 ) -> Result<Json<QueueView>, ApiError> {
-    let queue = QueueName::new(name)?;
+    // The queue is the path parameter `name`.
+    let queue = QueueName::new(name).map_err(|e| ApiError::from(e).field("name"))?;
     let params = QueueUpdateParams {
         queue: queue.to_string(),
         change,

@@ -67,7 +67,7 @@ fn list_of<T>(
         .filter(|s| !s.is_empty())
         .collect();
     if items.len() > 16 {
-        return Err(ApiError::invalid(format!("{field}: at most 16 values")));
+        return Err(ApiError::invalid(format!("{field}: at most 16 values")).field(field));
     }
     items
         .into_iter()
@@ -77,6 +77,7 @@ fn list_of<T>(
                     "{field}: unknown value {:?}",
                     item.chars().take(40).collect::<String>()
                 ))
+                .field(field)
             })
         })
         .collect()
@@ -84,18 +85,19 @@ fn list_of<T>(
 
 fn resume_point(headers: &HeaderMap, query: &EventsQuery) -> Result<Option<i64>, ApiError> {
     if let Some(value) = headers.get("last-event-id") {
-        let text = value
-            .to_str()
-            .map_err(|_| ApiError::invalid("Last-Event-ID: not a position"))?;
+        let text = value.to_str().map_err(|_| {
+            ApiError::invalid("Last-Event-ID: not a position").field("Last-Event-ID")
+        })?;
         return match text.trim().parse::<i64>() {
             Ok(n) if n >= 0 => Ok(Some(n)),
             _ => Err(ApiError::invalid(
                 "Last-Event-ID: must be the non-negative position of an event",
-            )),
+            )
+            .field("Last-Event-ID")),
         };
     }
     match query.after {
-        Some(n) if n < 0 => Err(ApiError::invalid("after: must not be negative")),
+        Some(n) if n < 0 => Err(ApiError::invalid("after: must not be negative").field("after")),
         other => Ok(other),
     }
 }

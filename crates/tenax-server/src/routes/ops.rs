@@ -30,28 +30,31 @@ fn filter_of(body: &BulkFilter) -> Result<TaskFilter, ApiError> {
                     "filter.statuses: unknown status {:?}",
                     s.chars().take(40).collect::<String>()
                 ))
+                .field("filter.statuses")
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(t) = &body.command_type {
-        tenax_core::validate_command_type(t)?;
+        tenax_core::validate_command_type(t).map_err(|e| ApiError::from(e).within("filter"))?;
     }
     if let Some(q) = &body.queue {
-        QueueName::new(q.clone())?;
+        QueueName::new(q.clone()).map_err(|e| ApiError::from(e).within("filter"))?;
     }
     if let Some(ids) = &body.ids {
         if ids.len() > IDS_MAX {
             return Err(ApiError::invalid(format!(
                 "filter.ids: at most {IDS_MAX} ids, got {}",
                 ids.len()
-            )));
+            ))
+            .field("filter.ids"));
         }
     }
     if let (Some(after), Some(before)) = (body.created_after, body.created_before) {
         if after >= before {
             return Err(ApiError::invalid(
                 "filter.created_after must be before filter.created_before",
-            ));
+            )
+            .field("filter.created_after"));
         }
     }
     Ok(TaskFilter {
@@ -77,9 +80,10 @@ async fn bulk(
     let filter = filter_of(&req.filter)?;
     let limit = req.limit.unwrap_or(BULK_DEFAULT);
     if limit == 0 || limit > BULK_MAX {
-        return Err(ApiError::invalid(format!(
-            "limit: must be 1 to {BULK_MAX}, got {limit}"
-        )));
+        return Err(
+            ApiError::invalid(format!("limit: must be 1 to {BULK_MAX}, got {limit}"))
+                .field("limit"),
+        );
     }
     let params = TaskBulkParams {
         filter,
@@ -154,11 +158,13 @@ pub(crate) async fn bulk_reprioritise(
     let priority = match req.priority {
         Some(p) if (0..=9).contains(&p) => Priority::new(u8::try_from(p).unwrap_or(0))?,
         Some(p) => {
-            return Err(ApiError::invalid(format!(
-                "priority: must be 0 to 9, got {p}"
-            )))
+            return Err(
+                ApiError::invalid(format!("priority: must be 0 to 9, got {p}")).field("priority"),
+            )
         }
-        None => return Err(ApiError::invalid("priority: required to reprioritise")),
+        None => {
+            return Err(ApiError::invalid("priority: required to reprioritise").field("priority"))
+        }
     };
     bulk(
         &state,
@@ -186,7 +192,8 @@ pub(crate) async fn audit(
     if limit == 0 || limit > AUDIT_PAGE_MAX {
         return Err(ApiError::invalid(format!(
             "limit: must be 1 to {AUDIT_PAGE_MAX}, got {limit}"
-        )));
+        ))
+        .field("limit"));
     }
     let before_id = query
         .cursor
@@ -201,7 +208,8 @@ pub(crate) async fn audit(
         {
             return Err(ApiError::invalid(format!(
                 "{field}: at most 200 bytes, without control characters"
-            )));
+            ))
+            .field(field));
         }
     }
     let params = AuditListParams {

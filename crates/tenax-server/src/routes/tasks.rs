@@ -33,9 +33,9 @@ fn in_range(
     match value {
         None => Ok(default),
         Some(v) if (min..=max).contains(&v) => Ok(v),
-        Some(v) => Err(ApiError::invalid(format!(
-            "{field}: must be {min} to {max}, got {v}"
-        ))),
+        Some(v) => {
+            Err(ApiError::invalid(format!("{field}: must be {min} to {max}, got {v}")).field(field))
+        }
     }
 }
 
@@ -57,7 +57,8 @@ pub(crate) fn check_command_type(state: &AppState, command_type: &str) -> Result
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    ))
+    )
+    .field("command_type"))
 }
 
 /// Refuse a `callback_url` outside the allow-list, and an `http` task naming a target
@@ -72,7 +73,8 @@ fn check_outbound(state: &AppState, req: &EnqueueRequest) -> Result<(), ApiError
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "callback_url_refused",
                 format!("callback_url: {refused}"),
-            ));
+            )
+            .field("callback_url"));
         }
     }
     let targets = &state.config().http_targets;
@@ -87,7 +89,8 @@ fn check_outbound(state: &AppState, req: &EnqueueRequest) -> Result<(), ApiError
                     "payload.target {shown:?} is not a configured http target (configured: {})",
                     targets.iter().cloned().collect::<Vec<_>>().join(", ")
                 ),
-            ));
+            )
+            .field("payload.target"));
         }
     }
     Ok(())
@@ -109,7 +112,8 @@ pub(crate) fn insert_params(
                 "payload: {} bytes, at most {PAYLOAD_MAX_BYTES}",
                 payload.len()
             ),
-        ));
+        )
+        .field("payload"));
     }
     let task_no = match req.task_no {
         Some(no) => TaskNo::new(no)?,
@@ -129,7 +133,7 @@ pub(crate) fn insert_params(
     let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
     let run_at = match (req.delay_ms, req.run_at) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give delay_ms or run_at, not both"));
+            return Err(ApiError::invalid("give delay_ms or run_at, not both").field("run_at"));
         }
         (Some(_), None) => {
             let ms = in_range("delay_ms", req.delay_ms, 0, max_delay_ms, 0)?;
@@ -270,7 +274,8 @@ pub(crate) async fn enqueue_batch(
         return Err(ApiError::invalid(format!(
             "tasks: give 1 to {max} tasks, got {}",
             req.tasks.len()
-        )));
+        ))
+        .field("tasks"));
     }
     let mut results = Vec::with_capacity(req.tasks.len());
     for (index, item) in req.tasks.into_iter().enumerate() {
@@ -281,15 +286,19 @@ pub(crate) async fn enqueue_batch(
                 task: Some(task),
                 error: None,
             },
-            Err(e) => BatchItem {
-                index,
-                status: e.status.as_u16(),
-                task: None,
-                error: Some(ErrorDetail {
-                    code: e.code.to_owned(),
-                    message: e.message,
-                }),
-            },
+            Err(e) => {
+                let e = e.within(&format!("tasks[{index}]"));
+                BatchItem {
+                    index,
+                    status: e.status.as_u16(),
+                    task: None,
+                    error: Some(ErrorDetail {
+                        code: e.code.to_owned(),
+                        field: e.field,
+                        message: e.message,
+                    }),
+                }
+            }
         });
     }
     Ok(Json(BatchResponse { results }))
@@ -306,6 +315,7 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<TaskId, ApiError> {
             "bad_cursor",
             "cursor: not a cursor this server issued (pass next_cursor back unchanged)",
         )
+        .field("cursor")
     };
     let bytes = hex::decode(cursor).map_err(|_| bad())?;
     let text = String::from_utf8(bytes).map_err(|_| bad())?;
@@ -338,26 +348,29 @@ pub(crate) async fn list(
                     "status: unknown status {:?}",
                     s.chars().take(40).collect::<String>()
                 ))
+                .field("status")
             })
         })
         .transpose()?;
     if let Some(t) = &query.command_type {
-        tenax_core::validate_command_type(t)?;
+        tenax_core::validate_command_type(t).map_err(|e| ApiError::from(e).field("type"))?;
     }
     if let Some(q) = &query.queue {
         QueueName::new(q.clone())?;
     }
     let limit = query.limit.unwrap_or(PAGE_DEFAULT);
     if limit == 0 || limit > PAGE_MAX {
-        return Err(ApiError::invalid(format!(
-            "limit: must be 1 to {PAGE_MAX}, got {limit}"
-        )));
+        return Err(
+            ApiError::invalid(format!("limit: must be 1 to {PAGE_MAX}, got {limit}"))
+                .field("limit"),
+        );
     }
     if let (Some(after), Some(before)) = (query.created_after, query.created_before) {
         if after >= before {
-            return Err(ApiError::invalid(
-                "created_after must be before created_before",
-            ));
+            return Err(
+                ApiError::invalid("created_after must be before created_before")
+                    .field("created_after"),
+            );
         }
     }
     let before_id = query.cursor.as_deref().map(decode_cursor).transpose()?;

@@ -76,7 +76,8 @@ pub(crate) async fn create(
             return Err(ApiError::invalid(format!(
                 "kind: must be dag or saga, got {:?}",
                 other.chars().take(40).collect::<String>()
-            )))
+            ))
+            .field("kind"))
         }
     };
     let policy = match req.policy.as_deref().unwrap_or("cancel_dependents") {
@@ -86,7 +87,8 @@ pub(crate) async fn create(
             return Err(ApiError::invalid(format!(
                 "policy: must be cancel_dependents or run_anyway, got {:?}",
                 other.chars().take(40).collect::<String>()
-            )))
+            ))
+            .field("policy"))
         }
     };
     let max = state.config().batch_max;
@@ -94,7 +96,8 @@ pub(crate) async fn create(
         return Err(ApiError::invalid(format!(
             "tasks: give 1 to {max} tasks, got {}",
             req.tasks.len()
-        )));
+        ))
+        .field("tasks"));
     }
     let mut tasks = Vec::with_capacity(req.tasks.len());
     let mut previous: Option<String> = None;
@@ -104,14 +107,16 @@ pub(crate) async fn create(
             WorkflowKind::Saga if !item.after.is_empty() => {
                 return Err(ApiError::invalid(format!(
                     "tasks[{index}].after: a saga's steps run in the order given; leave after empty"
-                )))
+                ))
+                .field(format!("tasks[{index}].after")))
             }
             WorkflowKind::Saga => previous.iter().cloned().collect(),
             WorkflowKind::Dag => item.after,
         };
         previous = Some(item.key.clone());
-        let task =
-            insert_params(&state, item.task).map_err(|e| e.at(&format!("tasks[{index}]")))?;
+        // The enqueue body sits under `task` in each item.
+        let task = insert_params(&state, item.task)
+            .map_err(|e| e.within("task").at(&format!("tasks[{index}]")))?;
         check_pressure(&state, &task).await?;
         tasks.push(WorkflowTaskParams {
             key: item.key,
@@ -147,9 +152,10 @@ pub(crate) async fn list(
 ) -> Result<Json<WorkflowPage>, ApiError> {
     let limit = query.limit.unwrap_or(PAGE_DEFAULT);
     if limit == 0 || limit > PAGE_MAX {
-        return Err(ApiError::invalid(format!(
-            "limit: must be 1 to {PAGE_MAX}, got {limit}"
-        )));
+        return Err(
+            ApiError::invalid(format!("limit: must be 1 to {PAGE_MAX}, got {limit}"))
+                .field("limit"),
+        );
     }
     let before_id = query
         .cursor

@@ -16,6 +16,7 @@ mod dashboard;
 mod events;
 mod hostile;
 mod inputs;
+mod malformed;
 mod nul;
 mod openapi;
 mod ops;

@@ -169,3 +169,29 @@ fn every_example_validates_against_its_schema() {
     let validator = jsonschema::validator_for(&task).unwrap();
     assert!(!validator.is_valid(&json!({"id": "forty-two"})));
 }
+
+#[tokio::test]
+async fn the_error_schema_has_an_optional_field() {
+    let h = tenax_storage::testing::sqlite_file().await.unwrap();
+    let app = app(h.storage.clone(), config());
+    let doc = call(&app, Method::GET, "/openapi.json", None, None)
+        .await
+        .body;
+    let detail = &doc["components"]["schemas"]["ErrorDetail"];
+    assert!(
+        detail["properties"]["field"].is_object(),
+        "ErrorDetail documents no field: {detail}"
+    );
+    let required: Vec<&str> = detail["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        required.contains(&"code") && required.contains(&"message"),
+        "{detail}"
+    );
+    assert!(
+        !required.contains(&"field"),
+        "field must be optional: {detail}"
+    );
+}
