@@ -234,6 +234,35 @@ impl Node {
             .find(|pid| proc_stat(*pid).is_some_and(|(comm, ..)| comm == "beam.smp"))
     }
 
+    /// Freeze the Erlang VM (SIGSTOP): the broker stops reading, confirming and
+    /// delivering, while clients can still write into their sockets.
+    fn freeze(&self) {
+        let beam = self.beam().expect("no Erlang VM below rabbitmq-server");
+        if let Some(pid) = rustix::process::Pid::from_raw(beam) {
+            rustix::process::kill_process(pid, rustix::process::Signal::STOP)
+                .expect("SIGSTOP the Erlang VM");
+        }
+    }
+
+    /// The most bytes waiting unread in one of the node's established AMQP
+    /// connections (the receive queue of /proc/net/tcp).
+    fn unread(&self) -> u64 {
+        let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        let port = format!(":{:04X}", self.port);
+        text.lines()
+            .skip(1)
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.len() < 5 || !f[1].ends_with(&port) || f[3] != "01" {
+                    return None;
+                }
+                let (_, rx) = f[4].split_once(':')?;
+                u64::from_str_radix(rx, 16).ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// SIGKILL the Erlang VM itself, then whatever is left of the node (its process
     /// group and every process it started), and wait until none of them runs.
     fn kill(&mut self) {
@@ -322,8 +351,11 @@ async fn consume(url: String, received: Arc<Mutex<Received>>, stop: Cancellation
                 .await
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>((connection, consumer))
-        }
-        .await;
+        };
+        // Every call to a node that may be frozen or dead is bounded.
+        let attempt = tokio::time::timeout(Duration::from_secs(10), attempt)
+            .await
+            .unwrap_or_else(|_| Err("setting up the consumer timed out".to_owned()));
         let (connection, mut consumer) = match attempt {
             Ok(pair) => pair,
             Err(_) => {
@@ -371,7 +403,12 @@ async fn consume(url: String, received: Arc<Mutex<Received>>, stop: Cancellation
                 }
                 r.ids.push(id);
             }
-            if delivery.ack(BasicAckOptions::default()).await.is_err() {
+            let acked = tokio::time::timeout(
+                Duration::from_secs(5),
+                delivery.ack(BasicAckOptions::default()),
+            )
+            .await;
+            if !matches!(acked, Ok(Ok(_))) {
                 break;
             }
         }
@@ -416,6 +453,12 @@ async fn every_event_reaches_rabbitmq_across_a_broker_crash() {
     };
     events.validate().unwrap();
     assert_eq!(events.relays(), vec!["relay:rabbitmq".to_owned()]);
+    // The tasks are enqueued first, so the relay starts with a backlog and still has
+    // unconfirmed messages in flight when the node is killed; they then run while the
+    // relay publishes: started, succeeded each.
+    for _ in 0..TASKS {
+        h.task(TaskOpts::default()).await;
+    }
     let stop = CancellationToken::new();
     let sequencer = tokio::spawn(
         Sequencer::new(storage.clone(), "node-a", events.clone(), events.relays())
@@ -434,14 +477,9 @@ async fn every_event_reaches_rabbitmq_across_a_broker_crash() {
     let stop_consumer = CancellationToken::new();
     let consumer = tokio::spawn(consume(node.url(), received.clone(), stop_consumer.clone()));
 
-    // The tasks run while the relay publishes: enqueued, started, succeeded each.
     let producer = {
         let storage = storage.clone();
-        let h = h.clone();
         tokio::spawn(async move {
-            for _ in 0..TASKS {
-                h.task(TaskOpts::default()).await;
-            }
             let mut done = 0;
             while done < TASKS {
                 let claimed = storage
@@ -470,7 +508,9 @@ async fn every_event_reaches_rabbitmq_across_a_broker_crash() {
     // Kill the node's Erlang VM once about 2,000 messages reached the consumer (a
     // quorum queue delivers a message only once it is committed, which is when the
     // broker confirms it to the publisher), then restart it on the same port and
-    // data directory.
+    // data directory. To kill it while the relay has messages in flight that were
+    // never confirmed, the VM is first frozen until a page of publishes waits unread
+    // in the relay's connection.
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut before_kill = 0;
     while before_kill < 2_000 {
@@ -481,13 +521,22 @@ async fn every_event_reaches_rabbitmq_across_a_broker_crash() {
         tokio::time::sleep(Duration::from_millis(10)).await;
         before_kill = received.lock().unwrap().ids.len();
     }
-    assert!(node.beam().is_some(), "no Erlang VM below rabbitmq-server");
+    node.freeze();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while node.unread() < 32 * 1024 {
+        assert!(
+            Instant::now() < deadline,
+            "the relay published nothing to the frozen node"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let unconfirmed = node.unread();
     node.kill();
     let killed_at = Instant::now();
     node.spawn();
     let second_boot = node.wait_ready().await;
     eprintln!(
-        "node booted in {first_boot:?}, killed after {before_kill} messages received, back after {:?}",
+        "node booted in {first_boot:?}, killed after {before_kill} messages received with {unconfirmed} bytes of publishes unread, back after {:?}",
         killed_at.elapsed()
     );
     producer.await.unwrap();
