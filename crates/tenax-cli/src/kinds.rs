@@ -7,6 +7,7 @@ use tenax::Registry;
 use tenax_kinds::alerts::{BacklogAlerter, DeathAlerter};
 use tenax_kinds::callbacks::CallbackSender;
 use tenax_kinds::events::{EventsConfig, Sequencer};
+use tenax_kinds::events_rabbitmq::RabbitMqConfig;
 use tenax_kinds::exec::ExecKind;
 use tenax_kinds::http::HttpKind;
 use tenax_kinds::{AlertsConfig, CallbacksConfig, ExecConfig, HttpConfig};
@@ -52,6 +53,12 @@ impl Kinds {
         #[cfg(not(feature = "nats"))]
         if kinds.events.nats.is_some() {
             anyhow::bail!("events.nats: this build has no NATS support (cargo feature `nats`)");
+        }
+        #[cfg(not(feature = "rabbitmq"))]
+        if kinds.events.rabbitmq.is_some() {
+            anyhow::bail!(
+                "events.rabbitmq: this build has no RabbitMQ support (cargo feature `rabbitmq`)"
+            );
         }
         Ok(kinds)
     }
@@ -138,6 +145,22 @@ impl Kinds {
             );
             tokio::spawn(relay.run(shutdown.clone()))
         });
+        #[cfg(feature = "rabbitmq")]
+        let rabbitmq_relay = self.events.rabbitmq.clone().map(|rabbit| {
+            tracing::info!(
+                url = %rabbit.redacted_url(),
+                exchange = %rabbit.exchange,
+                queue = ?rabbit.queue,
+                "relaying task events to RabbitMQ"
+            );
+            let relay = tenax_kinds::events_rabbitmq::RabbitMqRelay::new(
+                storage.clone(),
+                holder.clone(),
+                self.events.clone(),
+                rabbit,
+            );
+            tokio::spawn(relay.run(shutdown.clone()))
+        });
         let sequencer = Sequencer::new(
             storage.clone(),
             holder,
@@ -151,6 +174,12 @@ impl Kinds {
             if let Some(relay) = relay {
                 if let Err(e) = relay.await {
                     tracing::warn!(error = %e, "the NATS relay stopped abnormally");
+                }
+            }
+            #[cfg(feature = "rabbitmq")]
+            if let Some(relay) = rabbitmq_relay {
+                if let Err(e) = relay.await {
+                    tracing::warn!(error = %e, "the RabbitMQ relay stopped abnormally");
                 }
             }
         })
@@ -234,5 +263,15 @@ pub(crate) fn reference() -> Vec<crate::config::Key> {
         key("events.nats.subject_prefix", "", "tenax.events".into(),
             "Events go to `<subject_prefix>.<queue>.<event>`, with the event's id as `Nats-Msg-Id` so JetStream drops a republished copy."),
         key("events.nats.ack_timeout", "", "5s".into(), "Longest wait for one publish acknowledgement."),
+        key("events.rabbitmq.url", "", "none".into(),
+            "RabbitMQ broker (`amqp://user:password@host:port/vhost` or `amqps://`) the relay publishes task events to, persistent and with publisher confirms; the relay runs when this table is set (builds with the `rabbitmq` feature)."),
+        key("events.rabbitmq.exchange", "", RabbitMqConfig::EXCHANGE_DEFAULT.into(),
+            "Durable topic exchange the relay declares and publishes to."),
+        key("events.rabbitmq.routing_key_prefix", "", RabbitMqConfig::ROUTING_KEY_PREFIX_DEFAULT.into(),
+            "Events are routed with `<routing_key_prefix>.<queue>.<event>`; `message_id` is the event's id, for consumers to deduplicate on."),
+        key("events.rabbitmq.queue", "", "none".into(),
+            "Durable quorum queue the relay declares and binds with `<routing_key_prefix>.#`, so events are kept before any consumer exists. Without it (and without a queue bound by others) messages are unroutable and the relay waits."),
+        key("events.rabbitmq.confirm_timeout", "", secs(RabbitMqConfig::CONFIRM_TIMEOUT_DEFAULT),
+            "Longest wait for the broker's confirms of one published page; then the relay reconnects and publishes again from its cursor."),
     ]
 }

@@ -36,6 +36,8 @@ pub struct EventsConfig {
     pub prune_interval: Duration,
     /// The NATS JetStream relay (`[events.nats]`), off when absent.
     pub nats: Option<crate::events_nats::NatsConfig>,
+    /// The RabbitMQ relay (`[events.rabbitmq]`), off when absent.
+    pub rabbitmq: Option<crate::events_rabbitmq::RabbitMqConfig>,
 }
 
 impl EventsConfig {
@@ -69,6 +71,9 @@ impl EventsConfig {
         if let Some(nats) = &self.nats {
             nats.validate()?;
         }
+        if let Some(rabbitmq) = &self.rabbitmq {
+            rabbitmq.validate()?;
+        }
         Ok(())
     }
 }
@@ -80,6 +85,9 @@ impl EventsConfig {
         let mut relays = Vec::new();
         if self.nats.is_some() {
             relays.push(crate::events_nats::NatsConfig::LEASE.to_owned());
+        }
+        if self.rabbitmq.is_some() {
+            relays.push(crate::events_rabbitmq::RabbitMqConfig::LEASE.to_owned());
         }
         relays
     }
@@ -94,6 +102,7 @@ impl Default for EventsConfig {
             retention: Self::RETENTION_DEFAULT,
             prune_interval: Self::PRUNE_INTERVAL_DEFAULT,
             nats: None,
+            rabbitmq: None,
         }
     }
 }

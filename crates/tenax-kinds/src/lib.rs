@@ -11,6 +11,8 @@
 //!   exactly one message, a storm summarised.
 //! - [`events::Sequencer`]: gives task events their stream positions under a
 //!   database lease, and prunes delivered events.
+//! - [`events_nats`] and [`events_rabbitmq`]: the relays that publish task events to
+//!   NATS JetStream and RabbitMQ (cargo features `nats` and `rabbitmq`).
 #![forbid(unsafe_code)]
 
 pub mod alerts;
@@ -19,6 +21,7 @@ pub mod config;
 mod deliver;
 pub mod events;
 pub mod events_nats;
+pub mod events_rabbitmq;
 pub mod exec;
 pub mod http;
 pub mod sign;
