@@ -17,7 +17,8 @@ pub struct WorkerConfig {
     /// Tasks run at once. Defaults to [`WorkerConfig::CONCURRENCY_DEFAULT`] (10).
     pub concurrency: u32,
     /// Most tasks claimed in one statement. Defaults to
-    /// [`WorkerConfig::CLAIM_BATCH_DEFAULT`] (10).
+    /// [`WorkerConfig::CLAIM_BATCH_DEFAULT`] (100). A claim takes at most the free slots,
+    /// so this bounds claims only at a concurrency above it.
     pub claim_batch: u32,
     /// Most successful outcomes written in one completion batch (one transaction).
     /// Defaults to [`WorkerConfig::COMPLETE_BATCH_DEFAULT`] (100); at most
@@ -105,7 +106,7 @@ impl WorkerConfig {
     /// Default [`WorkerConfig::concurrency`].
     pub const CONCURRENCY_DEFAULT: u32 = 10;
     /// Default [`WorkerConfig::claim_batch`].
-    pub const CLAIM_BATCH_DEFAULT: u32 = 10;
+    pub const CLAIM_BATCH_DEFAULT: u32 = 100;
     /// Default [`WorkerConfig::complete_batch`].
     pub const COMPLETE_BATCH_DEFAULT: u32 = 100;
     /// Default [`WorkerConfig::batch_linger`].
