@@ -336,7 +336,7 @@ pub(crate) fn worker_config(
     let config = WorkerConfig {
         queues: queues.or_else(|| file.queues.clone()).unwrap_or(d.queues),
         concurrency,
-        claim_batch: file.claim_batch.unwrap_or(d.claim_batch.min(concurrency)),
+        claim_batch: file.claim_batch.unwrap_or(d.claim_batch),
         complete_batch: file.complete_batch.unwrap_or(d.complete_batch),
         batch_linger: file.batch_linger.unwrap_or(d.batch_linger),
         poll_interval: poll_interval
