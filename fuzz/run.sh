@@ -8,6 +8,7 @@
 #   fuzz/run.sh          30 s per target (CI)
 #   fuzz/run.sh 600      10 minutes per target
 #   FUZZ_TARGETS="cron config" fuzz/run.sh 60
+#   FUZZ_BUILD_ONLY=1 fuzz/run.sh   build the targets, run none (CI builds before testing)
 #
 # The committed seed corpus (fuzz/corpus/<target>) is read, never written: new inputs
 # go to a scratch corpus next to the build, outside the clone when CARGO_TARGET_DIR is set.
@@ -34,6 +35,7 @@ echo "== fuzz build"
 start=$(date +%s)
 cargo fuzz build "${build[@]}"
 echo "fuzz build: $(( $(date +%s) - start )) s"
+if [ -n "${FUZZ_BUILD_ONLY:-}" ]; then exit 0; fi
 
 failed=0
 summary=()

@@ -1,6 +1,8 @@
-//! The configuration parser: arbitrary text read as `tenax.toml`'s tables with the
-//! library's own types (`[server]` tokens and queue limits, `[http]`, `[exec]`,
-//! `[callbacks]`, `[alerts]`), each validated. Refusing is fine; a panic is a finding.
+//! The configuration parser: arbitrary text read as `tenax.toml` by the command line's
+//! own parser and validated as `tenax config check` validates it (every table: the
+//! worker, the server, the kinds, the event relays), then by the library's types alone
+//! (`[server]` tokens and queue limits, `[http]`, `[exec]`, `[callbacks]`, `[alerts]`),
+//! each validated and, where valid, built. Refusing is fine; a panic is a finding.
 #![no_main]
 use std::collections::BTreeMap;
 
@@ -33,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let _ = tenax_cli::check_config(text);
     let Ok(file) = toml::from_str::<File>(text) else {
         return;
     };
