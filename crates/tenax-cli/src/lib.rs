@@ -196,19 +196,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 server,
                 warnings,
                 worker,
+                metrics_addr,
+                metrics_sample_interval,
             } = resolve(&file, &serve_args)?;
-            let args = &serve_args.worker;
             match &file_path {
                 Some(path) => println!("configuration file: {}", path.display()),
                 None => println!("configuration file: none (defaults, environment and flags)"),
             }
             println!("database_url = {database_url:?}");
             println!("log_format = {log_format}");
-            println!("metrics_addr = {:?}", args.metrics_addr(&file.worker)?);
-            println!(
-                "metrics_sample_interval = {:?}",
-                args.metrics_sample_interval(&file.worker)?
-            );
+            println!("metrics_addr = {metrics_addr:?}");
+            println!("metrics_sample_interval = {metrics_sample_interval:?}");
             println!("{worker:#?}");
             println!("server.listen = {}", server.listen);
             println!("server.body_limit = {}", server.body_limit);
@@ -297,6 +295,8 @@ struct Resolved {
     server: tenax_server::ServerConfig,
     warnings: Vec<String>,
     worker: tenax::WorkerConfig,
+    metrics_addr: Option<std::net::SocketAddr>,
+    metrics_sample_interval: Duration,
 }
 
 /// Build and validate everything a configuration file configures, as `tenax config
@@ -305,13 +305,13 @@ fn resolve(file: &config::FileConfig, serve_args: &serve::ServeArgs) -> anyhow::
     let kinds = kinds::Kinds::from_file(file)?;
     let (server, warnings) = serve_args.server_config(&file.server, &kinds)?;
     let worker = serve_args.worker.config(&file.worker)?;
-    serve_args.worker.metrics_addr(&file.worker)?;
-    serve_args.worker.metrics_sample_interval(&file.worker)?;
     Ok(Resolved {
         kinds,
         server,
         warnings,
         worker,
+        metrics_addr: serve_args.worker.metrics_addr(&file.worker)?,
+        metrics_sample_interval: serve_args.worker.metrics_sample_interval(&file.worker)?,
     })
 }
 
