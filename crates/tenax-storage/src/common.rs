@@ -321,17 +321,19 @@ pub(crate) fn resolve_many(
     existing: &std::collections::HashMap<String, TaskRecord>,
 ) -> Result<Vec<crate::TaskInsertOutcome>> {
     use crate::TaskInsertOutcome;
-    let mut seen: std::collections::HashMap<&str, TaskRecord> = std::collections::HashMap::new();
-    let mut out = Vec::with_capacity(tasks.len());
+    // Where in `out` the record of a number this call created is, for a repeat of it.
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut out: Vec<TaskInsertOutcome> = Vec::with_capacity(tasks.len());
     for (task, payload) in tasks.iter().zip(payloads) {
         let no = task.task_no.as_str();
         if let Some(record) = created.remove(no) {
-            seen.insert(no, record.clone());
+            seen.insert(no, out.len());
             out.push(TaskInsertOutcome::Created(record));
             continue;
         }
         let stored = seen
             .get(no)
+            .map(|&i| out[i].task())
             .or_else(|| existing.get(no))
             .cloned()
             .ok_or_else(|| StorageError::NotFound(task.task_no.to_string()))?;

@@ -1,12 +1,13 @@
 //! Inserting tasks: one `INSERT ... SELECT FROM UNNEST(...)` per chunk of rows, shared
 //! by `task_insert`, `task_insert_many` and the functions that insert inside a caller's
 //! transaction.
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, Postgres, Transaction};
-use tenax_core::TaskRecord;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Postgres, Row, Transaction};
+use tenax_core::{TaskId, TaskKind, TaskRecord};
 
 use super::rows::{task_from_row, TASK_COLUMNS};
 use super::{map_err, WAKE_CHANNEL};
@@ -18,7 +19,7 @@ use crate::params::{
 
 /// Rows per statement (each column is one array parameter, so this only bounds the
 /// size of one statement's arrays).
-const CHUNK: usize = 5_000;
+pub(super) const CHUNK: usize = 5_000;
 
 /// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
 /// number of parents.
@@ -28,9 +29,10 @@ pub(super) struct WorkflowRows<'a> {
     pub(super) waiting: Vec<i32>,
 }
 
-/// Insert `tasks` (already validated, `payloads` their parsed payloads) on `conn`, inside
-/// the caller's transaction, and send one `NOTIFY` per queue that got a new task (it is
-/// delivered when the transaction commits); nothing is committed here. With `workflow`,
+/// Insert `tasks` (already validated, `payloads` their parsed payloads) on `conn` and send
+/// one `NOTIFY` per queue that got a new task (it is delivered at the commit), with one
+/// statement per [`CHUNK`] of tasks: inside the caller's transaction, or, on a
+/// connection outside one, each statement its own transaction. With `workflow`,
 /// the tasks belong to it: each gets its key, and one with parents waits `blocked`.
 pub(super) async fn insert_many(
     conn: &mut PgConnection,
@@ -79,33 +81,45 @@ pub(super) async fn insert_many(
             key_limit.push(i32::try_from(task.concurrency_limit).unwrap_or(i32::MAX));
             callback_url.push(task.callback_url.as_deref());
         }
-        // Ids follow the order given (ORDER BY the ordinality).
-        let rows = sqlx::query(&format!(
-            "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority, status,
-                 max_attempts, run_at, timeout_ms, created_at, updated_at, payload_version,
-                 concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents,
-                 callback_url)
-             SELECT t.task_no, 'execute', t.command_type, t.payload, t.queue, t.priority,
-                    CASE WHEN COALESCE(w.waiting, 0) > 0 THEN 'blocked' ELSE 'pending' END,
-                    t.max_attempts,
-                    COALESCE(t.run_at, COALESCE($1::timestamptz, now())
-                             + t.delay_ms * interval '1 millisecond'),
-                    t.timeout_ms, COALESCE($1::timestamptz, now()), COALESCE($1::timestamptz, now()),
-                    t.payload_version, t.concurrency_key, t.concurrency_limit,
-                    $14::bigint, w.key, COALESCE(w.waiting, 0), t.callback_url
-             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int2[], $7::int4[],
-                         $8::timestamptz[], $9::float8[], $10::int8[], $11::int4[], $12::text[],
-                         $13::int4[], $17::text[])
-                  WITH ORDINALITY AS t(task_no, command_type, payload, queue, priority,
-                                       max_attempts, run_at, delay_ms, timeout_ms,
-                                       payload_version, concurrency_key, concurrency_limit,
-                                       callback_url, n)
-             LEFT JOIN UNNEST($15::text[], $16::int4[]) WITH ORDINALITY AS w(key, waiting, n)
-                    ON w.n = t.n
-             ORDER BY t.n
-             ON CONFLICT (task_no) DO NOTHING
-             RETURNING {TASK_COLUMNS}"
-        ))
+        // Ids follow the order given (ORDER BY the ordinality). The statement also
+        // sends one `NOTIFY` per queue that got a task, delivered at the commit: due
+        // or delayed, since a delayed task may be due before the timer other workers
+        // have armed, and they re-arm on the hint. It answers only the columns the
+        // database decides; the rest of each record is what was sent.
+        let rows = sqlx::query(
+            "WITH ins AS (
+                 INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority,
+                     status, max_attempts, run_at, timeout_ms, created_at, updated_at,
+                     payload_version, concurrency_key, concurrency_limit, workflow_id,
+                     workflow_key, waiting_parents, callback_url)
+                 SELECT t.task_no, 'execute', t.command_type, t.payload, t.queue, t.priority,
+                        CASE WHEN COALESCE(w.waiting, 0) > 0 THEN 'blocked' ELSE 'pending' END,
+                        t.max_attempts,
+                        COALESCE(t.run_at, COALESCE($1::timestamptz, now())
+                                 + t.delay_ms * interval '1 millisecond'),
+                        t.timeout_ms, COALESCE($1::timestamptz, now()),
+                        COALESCE($1::timestamptz, now()),
+                        t.payload_version, t.concurrency_key, t.concurrency_limit,
+                        $14::bigint, w.key, COALESCE(w.waiting, 0), t.callback_url
+                 FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int2[],
+                             $7::int4[], $8::timestamptz[], $9::float8[], $10::int8[],
+                             $11::int4[], $12::text[], $13::int4[], $17::text[])
+                      WITH ORDINALITY AS t(task_no, command_type, payload, queue, priority,
+                                           max_attempts, run_at, delay_ms, timeout_ms,
+                                           payload_version, concurrency_key,
+                                           concurrency_limit, callback_url, n)
+                 LEFT JOIN UNNEST($15::text[], $16::int4[]) WITH ORDINALITY AS w(key, waiting, n)
+                        ON w.n = t.n
+                 ORDER BY t.n
+                 ON CONFLICT (task_no) DO NOTHING
+                 RETURNING id, task_no, queue, status, run_at, created_at, updated_at
+             ), woke AS (
+                 SELECT count(pg_notify($18, q.queue)) AS queues
+                 FROM (SELECT DISTINCT queue FROM ins) q
+             )
+             SELECT ins.id, ins.task_no, ins.status, ins.run_at, ins.created_at, ins.updated_at
+             FROM ins CROSS JOIN woke",
+        )
         .bind(now)
         .bind(&task_no)
         .bind(&command_type)
@@ -123,24 +137,23 @@ pub(super) async fn insert_many(
         .bind(keys)
         .bind(waiting)
         .bind(&callback_url)
+        .bind(WAKE_CHANNEL)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
-        for row in &rows {
-            let task = task_from_row(row)?;
-            created.insert(task.task_no.to_string(), task);
+        // A number repeated in the call was inserted from its first occurrence.
+        let mut first: HashMap<&str, &TaskInsertParams> = HashMap::with_capacity(chunk.len());
+        for task in chunk {
+            first.entry(task.task_no.as_str()).or_insert(task);
         }
-    }
-    // Every insert notifies, due or delayed: a delayed task may be due before the timer
-    // other workers have armed, and they re-arm on the hint.
-    let queues: BTreeSet<&str> = created.values().map(|t| t.queue.as_str()).collect();
-    for queue in queues {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(WAKE_CHANNEL)
-            .bind(queue)
-            .execute(&mut *conn)
-            .await
-            .map_err(map_err)?;
+        for row in &rows {
+            let task_no: String = row.try_get("task_no").map_err(map_err)?;
+            let sent = first.get(task_no.as_str()).ok_or_else(|| {
+                crate::StorageError::Corrupt(format!("inserted task_no {task_no:?} was not sent"))
+            })?;
+            let task = created_record(sent, row)?;
+            created.insert(task_no, task);
+        }
     }
     // ON CONFLICT waited for any concurrent insert of these numbers to commit; this
     // statement's snapshot sees them.
@@ -164,6 +177,41 @@ pub(super) async fn insert_many(
         }
     }
     resolve_many(tasks, payloads, created, &existing)
+}
+
+/// The record of a task just inserted from `sent`: the columns the database decided
+/// (`id`, `status`, `run_at` and the times) from `row`, the rest as sent, and every
+/// column of a new task's life (attempts, lease, outcome) at its starting value.
+fn created_record(sent: &TaskInsertParams, row: &PgRow) -> Result<TaskRecord> {
+    let status: String = row.try_get("status").map_err(map_err)?;
+    Ok(TaskRecord {
+        id: TaskId(row.try_get("id").map_err(map_err)?),
+        task_no: sent.task_no.clone(),
+        kind: TaskKind::Execute,
+        parent_id: None,
+        command_type: sent.command_type.clone(),
+        payload: sent.payload.clone(),
+        payload_version: sent.payload_version,
+        queue: sent.queue.clone(),
+        priority: sent.priority,
+        status: status.parse()?,
+        attempt: 0,
+        max_attempts: sent.max_attempts,
+        lease_epoch: 0,
+        lease_owner: None,
+        lease_expires_at: None,
+        run_at: row.try_get("run_at").map_err(map_err)?,
+        timeout_ms: u64::try_from(duration_ms(sent.timeout)).unwrap_or(0),
+        last_error: None,
+        result: None,
+        compensation: None,
+        created_at: row.try_get("created_at").map_err(map_err)?,
+        updated_at: row.try_get("updated_at").map_err(map_err)?,
+        started_at: None,
+        finished_at: None,
+        concurrency_key: sent.concurrency_key.clone(),
+        concurrency_limit: sent.concurrency_limit,
+    })
 }
 
 /// Insert a task inside the caller's open transaction: the task exists if and only if

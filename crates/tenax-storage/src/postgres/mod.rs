@@ -252,9 +252,17 @@ impl PgStorage {
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
         self.timed(async {
-            let mut tx = self.begin().await?;
-            let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
-            tx.commit().await.map_err(map_err)?;
+            let outcomes = if tasks.len() <= insert::CHUNK {
+                // One statement, its own transaction: no BEGIN and COMMIT round trips,
+                // and `created_at` is the statement's start, not a BEGIN's.
+                let mut conn = self.pool.acquire().await.map_err(map_err)?;
+                insert::insert_many(&mut conn, tasks, payloads, now, None).await?
+            } else {
+                let mut tx = self.begin().await?;
+                let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+                tx.commit().await.map_err(map_err)?;
+                outcomes
+            };
             if outcomes.iter().any(TaskInsertOutcome::created) {
                 self.wake();
             }

@@ -147,3 +147,44 @@ pub async fn concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once(h: 
     )));
     assert_eq!(h.storage.stats().await.unwrap().total(), 3_000);
 }
+
+/// Every record an insert answers (one task or many, created or already there) is the
+/// record the database then reads back, field for field.
+pub async fn the_record_an_insert_answers_is_the_stored_record(h: &Harness) {
+    let at = chrono::Utc::now() + chrono::Duration::hours(2);
+    let mut odd = numbered("odd-0", 0);
+    odd.priority = Priority::new(7).unwrap();
+    odd.payload_version = 2;
+    odd.max_attempts = 9;
+    odd.timeout = Duration::from_millis(90_500);
+    odd.run_at = RunAt::In(Duration::from_secs(5));
+    odd.concurrency_key = Some("account-1".to_owned());
+    odd.concurrency_limit = 3;
+    odd.callback_url = Some("https://example.com/hook".to_owned());
+    let mut later = numbered("odd-1", 1);
+    later.run_at = RunAt::At(at);
+    later.queue = "emails".to_owned();
+
+    let single = h.storage.task_insert(&odd).await.unwrap();
+    assert!(single.created);
+    let mut answered = vec![single.task];
+    let tasks = vec![
+        later,
+        numbered("odd-2", 2),
+        numbered("odd-2", 2),
+        odd.clone(),
+    ];
+    let outcomes = h.storage.task_insert_many(&many(tasks)).await.unwrap();
+    let created: Vec<bool> = outcomes.iter().map(TaskInsertOutcome::created).collect();
+    assert_eq!(created, [true, true, false, false]);
+    answered.extend(outcomes.iter().map(|o| o.task().clone()));
+    for record in answered {
+        let stored = h
+            .storage
+            .task_get(&crate::TaskRef::Id(record.id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record, stored, "answered and stored records differ");
+    }
+}

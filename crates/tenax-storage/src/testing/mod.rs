@@ -308,6 +308,7 @@ macro_rules! conformance_tests {
                 a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
                 an_invalid_task_in_a_bulk_insert_inserts_nothing,
                 concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
+                the_record_an_insert_answers_is_the_stored_record,
                 a_child_waits_blocked_until_all_its_parents_succeeded,
                 a_task_names_its_workflow,
                 fan_out_and_fan_in_with_a_thousand_children_stay_efficient,
