@@ -1,8 +1,10 @@
 //! Rate limits per command type: a token bucket per type in `tenax_rate_limits`, shared
 //! by every node.
 //!
-//! The claim first probes the buckets of its command types (one primary-key lookup;
-//! without limits the claim runs exactly as before). For limited types it takes tokens
+//! The claim first learns which of its command types are limited: on PostgreSQL the
+//! claim statement itself skips them and names them (no extra round trip), elsewhere,
+//! and after a claim that saw limited types, a primary-key probe of the buckets comes
+//! first (without limits the claim then runs exactly as before). For limited types it takes tokens
 //! in one transaction that locks their bucket rows (in type order, so claimers never
 //! deadlock), refills each by the database time elapsed since its last refill (at most
 //! `burst`), and takes at most `floor(tokens)` per type, at most the batch in all. It
@@ -110,6 +112,17 @@ pub(crate) trait RatedBackend: Send + Sync {
     async fn give_back(&self, back: &[(String, u32)]) -> Result<()>;
     /// The claim without rate limits.
     async fn claim_unrated(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>>;
+    /// The claim of the types without a limit, in the statement that also names the
+    /// limited types among `params.commands` (claiming none of their tasks). `None`
+    /// where the backend has no such statement, or where an earlier claim saw limited
+    /// types: those then take their tokens first, so a full batch of unlimited tasks
+    /// cannot starve them.
+    async fn claim_skipping_rated(
+        &self,
+        _params: &TaskClaimParams,
+    ) -> Result<Option<(Vec<TaskRecord>, Vec<String>)>> {
+        Ok(None)
+    }
 }
 
 /// Take tokens from the locked buckets in order, at most `want` in all; returns what
@@ -135,11 +148,50 @@ pub(crate) async fn claim<B: RatedBackend + ?Sized>(
     backend: &B,
     params: &TaskClaimParams,
 ) -> Result<Vec<TaskRecord>> {
+    if let Some((mut tasks, rated)) = backend.claim_skipping_rated(params).await? {
+        let left = params
+            .limit
+            .saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
+        if rated.is_empty() || left == 0 {
+            return Ok(tasks);
+        }
+        // Limited types found by the statement: they take tokens for the room left.
+        let of_rated = TaskClaimParams {
+            commands: params
+                .commands
+                .iter()
+                .filter(|(t, _)| rated.contains(t))
+                .cloned()
+                .collect(),
+            limit: left,
+            ..params.clone()
+        };
+        match claim_with_tokens(backend, &of_rated, rated).await {
+            Ok(more) => tasks.extend(more),
+            Err(err) if tasks.is_empty() => return Err(err),
+            Err(err) => {
+                tracing::warn!(error = %err, "a rate-limited claim failed; returning the unlimited tasks claimed");
+            }
+        }
+        sort_in_claim_order(&mut tasks);
+        return Ok(tasks);
+    }
     let types: Vec<String> = params.commands.iter().map(|(t, _)| t.clone()).collect();
     let rated = backend.rated_types(&types).await?;
     if rated.is_empty() {
         return backend.claim_unrated(params).await;
     }
+    claim_with_tokens(backend, params, rated).await
+}
+
+/// Take tokens for the limited types `rated` (in one transaction), claim at most that
+/// many tasks of each, give the unused tokens back, then fill the room left with the
+/// other types of `params`.
+async fn claim_with_tokens<B: RatedBackend + ?Sized>(
+    backend: &B,
+    params: &TaskClaimParams,
+    rated: Vec<String>,
+) -> Result<Vec<TaskRecord>> {
     let now_ms = backend.clock_ms(params.now).await?;
     let taken = backend.take_tokens(&rated, params.limit, now_ms).await?;
     let mut tasks = Vec::new();

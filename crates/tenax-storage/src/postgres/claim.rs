@@ -6,6 +6,11 @@
 //! insert. It skips queues that are paused or limited (a primary-key probe of
 //! `tenax_queues` per queue), and reports the worker's limited queues in the same answer.
 //!
+//! With `$11` (the first claim of a worker, and every claim while no limited type
+//! was seen) it also skips the command types that have a rate limit and names them in
+//! the same answer, so a claim without rate limits costs no probe of the buckets (see
+//! [`crate::rates`]).
+//!
 //! Only when some of them are limited and the batch is not yet full does a second
 //! transaction run: it locks those queues' rows (`FOR UPDATE`, in name order, so two
 //! claimers never deadlock), counts their running tasks in a statement that starts after
@@ -24,10 +29,14 @@ use crate::ATTEMPT_HISTORY_LEN;
 
 /// The claim statement. `$2`/`$9` are the queues and each queue's cap; with `$10` false
 /// (the fast path) queues that are paused or limited are skipped, with `$10` true (the
-/// limited path, under the queue locks) the queues are taken as given.
+/// limited path, under the queue locks) the queues are taken as given. With `$11`, the
+/// command types of `$3` that have a rate limit are skipped and named.
 pub(super) fn claim_sql() -> String {
     format!(
-        "WITH limited AS (
+        "WITH rated AS (
+                     SELECT array_agg(command_type ORDER BY command_type) AS types
+                     FROM tenax_rate_limits WHERE $11 AND command_type = ANY($3)
+                 ), limited AS (
                      SELECT array_agg(name ORDER BY name) AS names FROM tenax_queues
                      WHERE NOT $10 AND name = ANY($2) AND NOT paused AND max_running IS NOT NULL
                  ), keyed AS (
@@ -45,7 +54,8 @@ pub(super) fn claim_sql() -> String {
                              WHERE x.name = u.queue AND (x.paused OR x.max_running IS NOT NULL))
                      ) q
                      CROSS JOIN LATERAL (
-                         SELECT id, tenax_claim_key(run_at, priority) AS claim_key FROM tenax_tasks
+                         SELECT id, command_type, tenax_claim_key(run_at, priority) AS claim_key
+                         FROM tenax_tasks
                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
                            AND concurrency_key IS NULL
                            AND tenax_claim_key(run_at, priority) <= {NOW}
@@ -55,6 +65,9 @@ pub(super) fn claim_sql() -> String {
                          LIMIT q.cap
                          FOR UPDATE SKIP LOCKED
                      ) c
+                     -- Outside the ordered walk, which keeps its plan; a candidate of a
+                     -- skipped type is locked until the statement ends, not claimed.
+                     WHERE c.command_type <> ALL(COALESCE((SELECT types FROM rated), '{{}}'))
                      ORDER BY c.claim_key, c.id
                      LIMIT $4
                  ), claimed AS (
@@ -72,8 +85,9 @@ pub(super) fn claim_sql() -> String {
                      DELETE FROM tenax_attempts a USING claimed c
                      WHERE a.task_id = c.id AND a.epoch <= c.lease_epoch - $7
                  )
-                 SELECT {TASK_COLUMNS}, l.names AS limited_queues, k.due AS keyed_due
-                 FROM limited l CROSS JOIN keyed k LEFT JOIN claimed ON true
+                 SELECT {TASK_COLUMNS}, l.names AS limited_queues, k.due AS keyed_due,
+                        r.types AS rated_types
+                 FROM limited l CROSS JOIN keyed k CROSS JOIN rated r LEFT JOIN claimed ON true
                  ORDER BY tenax_claim_key(run_at, priority), id"
     )
 }
@@ -85,6 +99,8 @@ pub(super) struct Claim<'a> {
     pub(super) caps: Vec<i64>,
     pub(super) limit: u32,
     pub(super) restricted: bool,
+    /// Skip the command types with a rate limit, and name them.
+    pub(super) skip_rated: bool,
 }
 
 impl<'a> Claim<'a> {
@@ -96,6 +112,7 @@ impl<'a> Claim<'a> {
             caps: vec![i64::from(params.limit); params.queues.len()],
             limit: params.limit,
             restricted: false,
+            skip_rated: false,
         }
     }
 
@@ -127,16 +144,35 @@ impl<'a> Claim<'a> {
             )
             .bind(&self.caps)
             .bind(self.restricted)
+            .bind(self.skip_rated)
     }
 }
 
-/// The claimed tasks of a claim statement's answer, the limited queues it reports, and
-/// whether a keyed task is due.
-fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<TaskRecord>, Vec<String>, bool)> {
+/// What a claim statement answers.
+struct Answer {
+    tasks: Vec<TaskRecord>,
+    /// The limited queues among those of the claim.
+    limited: Vec<String>,
+    /// Whether a keyed task is due.
+    keyed: bool,
+    /// The rate-limited command types skipped (with `skip_rated`).
+    rated: Vec<String>,
+}
+
+fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<Answer> {
     let mut tasks = Vec::with_capacity(rows.len());
     let mut limited = Vec::new();
     let mut keyed = false;
+    let mut rated = Vec::new();
     for row in rows {
+        if rated.is_empty() {
+            if let Some(types) = row
+                .try_get::<Option<Vec<String>>, _>("rated_types")
+                .map_err(map_err)?
+            {
+                rated = types;
+            }
+        }
         keyed |= row
             .try_get::<Option<bool>, _>("keyed_due")
             .map_err(map_err)?
@@ -157,11 +193,49 @@ fn read_answer(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<TaskRecord>, Vec<S
             tasks.push(task_from_row(row)?);
         }
     }
-    Ok((tasks, limited, keyed))
+    Ok(Answer {
+        tasks,
+        limited,
+        keyed,
+        rated,
+    })
 }
 
 impl PgStorage {
     pub(super) async fn claim(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
+        Ok(self.claim_with(params, false).await?.0)
+    }
+
+    /// The claim that skips the rate-limited types and names them (see
+    /// [`RatedBackend::claim_skipping_rated`](crate::rates::RatedBackend)); `None` while
+    /// a hint says limited types, keyed tasks or limited queues go first.
+    pub(super) async fn claim_naming_rated(
+        &self,
+        params: &TaskClaimParams,
+    ) -> Result<Option<(Vec<TaskRecord>, Vec<String>)>> {
+        use std::sync::atomic::Ordering;
+        let limited_first = self.hint(|hint| params.queues.iter().any(|q| hint.contains(q)));
+        if self.rated_hint.load(Ordering::Relaxed)
+            || self.keyed_hint.load(Ordering::Relaxed)
+            || limited_first
+        {
+            return Ok(None);
+        }
+        let (tasks, rated) = self.claim_with(params, true).await?;
+        if !rated.is_empty() {
+            self.rated_hint.store(true, Ordering::Relaxed);
+        }
+        Ok(Some((tasks, rated)))
+    }
+
+    /// The claim; with `skip_rated`, of the types without a rate limit only (the
+    /// limited ones are named in the answer), and with no hinted claim before the
+    /// statement, since only the statement tells which types to skip.
+    async fn claim_with(
+        &self,
+        params: &TaskClaimParams,
+        skip_rated: bool,
+    ) -> Result<(Vec<TaskRecord>, Vec<String>)> {
         use std::sync::atomic::Ordering;
         let left = |tasks: &Vec<TaskRecord>| {
             params
@@ -170,7 +244,7 @@ impl PgStorage {
         };
         // Keyed tasks seen by the last claim go first (each key capped by its free
         // slots), so a full batch of unkeyed tasks cannot starve them.
-        let keyed_first = self.keyed_hint.load(Ordering::Relaxed);
+        let keyed_first = !skip_rated && self.keyed_hint.load(Ordering::Relaxed);
         let mut tasks = if keyed_first {
             self.claim_keyed(params, params.limit).await?
         } else {
@@ -179,53 +253,76 @@ impl PgStorage {
         // Limited queues seen by earlier claims go first too (capped by their room), so
         // a full batch from unlimited queues cannot starve them; a stale hint costs one
         // short transaction.
-        let hinted: Vec<String> = self.hint(|hint| {
-            params
-                .queues
-                .iter()
-                .filter(|q| hint.contains(*q))
-                .cloned()
-                .collect()
-        });
+        let hinted: Vec<String> = if skip_rated {
+            Vec::new()
+        } else {
+            self.hint(|hint| {
+                params
+                    .queues
+                    .iter()
+                    .filter(|q| hint.contains(*q))
+                    .cloned()
+                    .collect()
+            })
+        };
         if !hinted.is_empty() && left(&tasks) > 0 {
             let more = self.claim_limited(params, &hinted, left(&tasks)).await?;
             tasks.extend(more);
         }
         if left(&tasks) == 0 {
             sort_in_claim_order(&mut tasks);
-            return Ok(tasks);
+            return Ok((tasks, Vec::new()));
         }
         let sql = claim_sql();
         let mut fast = Claim::fast(params);
         fast.limit = left(&tasks);
+        fast.skip_rated = skip_rated;
         let rows = fast
             .bind(sqlx::query(&sql))
             .fetch_all(self.pool())
             .await
             .map_err(map_err)?;
-        let (fast_tasks, limited, keyed) = read_answer(&rows)?;
-        tasks.extend(fast_tasks);
-        self.keyed_hint.store(keyed, Ordering::Relaxed);
+        let answer = read_answer(&rows)?;
+        tasks.extend(answer.tasks);
+        self.keyed_hint.store(answer.keyed, Ordering::Relaxed);
         self.hint(|hint| {
             for queue in &params.queues {
                 hint.remove(queue);
             }
-            hint.extend(limited.iter().cloned());
+            hint.extend(answer.limited.iter().cloned());
         });
-        let untried: Vec<String> = limited
+        // The claims after the statement skip the rate-limited types it named.
+        let unrated;
+        let params = if answer.rated.is_empty() {
+            params
+        } else {
+            unrated = TaskClaimParams {
+                commands: params
+                    .commands
+                    .iter()
+                    .filter(|(t, _)| !answer.rated.contains(t))
+                    .cloned()
+                    .collect(),
+                ..params.clone()
+            };
+            &unrated
+        };
+        let untried: Vec<String> = answer
+            .limited
             .into_iter()
             .filter(|q| !hinted.contains(q))
             .collect();
-        if !untried.is_empty() && left(&tasks) > 0 {
+        let offers = !params.commands.is_empty();
+        if offers && !untried.is_empty() && left(&tasks) > 0 {
             let more = self.claim_limited(params, &untried, left(&tasks)).await?;
             tasks.extend(more);
         }
-        if keyed && !keyed_first && left(&tasks) > 0 {
+        if offers && answer.keyed && !keyed_first && left(&tasks) > 0 {
             let more = self.claim_keyed(params, left(&tasks)).await?;
             tasks.extend(more);
         }
         sort_in_claim_order(&mut tasks);
-        Ok(tasks)
+        Ok((tasks, answer.rated))
     }
 
     fn hint<T>(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>) -> T) -> T {
@@ -270,6 +367,7 @@ impl PgStorage {
             caps: Vec::new(),
             limit,
             restricted: true,
+            skip_rated: false,
         };
         for (queue, max) in locked {
             let now_running = running
@@ -293,7 +391,7 @@ impl PgStorage {
             .await
             .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        Ok(read_answer(&rows)?.0)
+        Ok(read_answer(&rows)?.tasks)
     }
 
     /// The query plan of the fast claim statement for these parameters (for the DBA,

@@ -123,6 +123,10 @@ pub struct PgStorage {
     limited_hint: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Whether the last fast claim saw a due task with a concurrency key.
     keyed_hint: std::sync::atomic::AtomicBool,
+    /// Whether the last claim saw command types with a rate limit (and, until the first
+    /// claim has looked, whether there may be some): claims then probe the buckets
+    /// first (see `rates.rs`), so a full batch of unlimited tasks cannot starve them.
+    rated_hint: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for PgStorage {
@@ -206,6 +210,7 @@ impl PgStorage {
             listener: None,
             limited_hint: std::sync::Mutex::default(),
             keyed_hint: std::sync::atomic::AtomicBool::new(false),
+            rated_hint: std::sync::atomic::AtomicBool::new(true),
         };
         if config.listen {
             storage.listener = Some(tokio::spawn(listen(

@@ -24,14 +24,18 @@ fn bucket_from_row(row: &sqlx::postgres::PgRow) -> Result<Bucket> {
 #[async_trait]
 impl RatedBackend for PgStorage {
     async fn rated_types(&self, types: &[String]) -> Result<Vec<String>> {
-        sqlx::query_scalar(
+        let rated: Vec<String> = sqlx::query_scalar(
             "SELECT command_type FROM tenax_rate_limits WHERE command_type = ANY($1)
              ORDER BY command_type",
         )
         .bind(types)
         .fetch_all(self.pool())
         .await
-        .map_err(map_err)
+        .map_err(map_err)?;
+        // No limited type among these any more: the next claims skip the probe.
+        self.rated_hint
+            .store(!rated.is_empty(), std::sync::atomic::Ordering::Relaxed);
+        Ok(rated)
     }
 
     async fn clock_ms(&self, now: Option<DateTime<Utc>>) -> Result<i64> {
@@ -101,6 +105,13 @@ impl RatedBackend for PgStorage {
     async fn claim_unrated(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
         self.claim(params).await
     }
+
+    async fn claim_skipping_rated(
+        &self,
+        params: &TaskClaimParams,
+    ) -> Result<Option<(Vec<TaskRecord>, Vec<String>)>> {
+        self.claim_naming_rated(params).await
+    }
 }
 
 impl PgStorage {
@@ -109,6 +120,9 @@ impl PgStorage {
         params: &RateLimitSetParams,
     ) -> Result<RateLimit> {
         validate(params)?;
+        // This node's claims take the new limit's turn first from the next claim on.
+        self.rated_hint
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let now_ms = self.clock_ms(params.now).await?;
         let row = sqlx::query(&format!(
             "INSERT INTO tenax_rate_limits (command_type, per_second, burst, tokens, refilled_ms)

@@ -295,6 +295,7 @@ macro_rules! conformance_tests {
                 a_rate_limited_task_is_not_claimed_and_spends_no_attempt,
                 a_rate_limited_type_does_not_block_other_types,
                 concurrent_claimers_never_exceed_a_rate_limit,
+                a_rate_limit_set_by_another_node_holds_from_the_next_claim,
                 invalid_rate_limits_are_refused_and_change_nothing,
                 bulk_cancel_changes_only_what_a_cancel_may,
                 bulk_retry_returns_only_dead_tasks_to_pending,

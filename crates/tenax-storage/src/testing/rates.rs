@@ -143,6 +143,44 @@ pub async fn a_rate_limited_type_does_not_block_other_types(h: &Harness) {
     assert!(claimed.iter().all(|t| t.command_type == TaskOpts::TYPE));
 }
 
+/// A node whose claims have seen no rate limit learns of one set by another node from
+/// its very next claim: it never takes more than the tokens, and the limited type goes
+/// first again from the claim after.
+pub async fn a_rate_limit_set_by_another_node_holds_from_the_next_claim(h: &Harness) {
+    let other = h.reopen().await;
+    let t0 = later(h).await;
+    // The first claims see no limit.
+    assert!(claim_at(h, 10, &[LIMITED, TaskOpts::TYPE], t0)
+        .await
+        .is_empty());
+    assert!(claim_at(h, 10, &[LIMITED, TaskOpts::TYPE], t0)
+        .await
+        .is_empty());
+    tasks_of(h, LIMITED, 6).await;
+    let t0 = later(h).await;
+    other
+        .rate_limit_set(&RateLimitSetParams {
+            command_type: LIMITED.into(),
+            per_second: 1.0,
+            burst: 2,
+            now: Some(t0),
+        })
+        .await
+        .unwrap();
+    let claimed = claim_at(h, 10, &[LIMITED, TaskOpts::TYPE], t0).await;
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    assert!(claim_at(h, 10, &[LIMITED, TaskOpts::TYPE], t0)
+        .await
+        .is_empty());
+    // Older unlimited tasks fill a batch; the limited type still gets its token first.
+    let others = tasks_of(h, TaskOpts::TYPE, 5).await;
+    let t1 = later(h).await.max(t0 + TimeDelta::seconds(1));
+    let claimed = claim_at(h, 3, &[LIMITED, TaskOpts::TYPE], t1).await;
+    let limited = claimed.iter().filter(|t| t.command_type == LIMITED).count();
+    assert_eq!((claimed.len(), limited), (3, 1), "{claimed:?}");
+    assert_eq!(others.len(), 5);
+}
+
 /// Four claimers (separate connections, as separate nodes) race over one bucket at the
 /// same injected instant: together they get exactly the burst, then exactly each refill.
 pub async fn concurrent_claimers_never_exceed_a_rate_limit(h: &Harness) {
