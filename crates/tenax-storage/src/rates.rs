@@ -2,18 +2,18 @@
 //! by every node.
 //!
 //! The claim first learns which of its command types are limited: on PostgreSQL the
-//! claim statement itself skips them and names them (no extra round trip), elsewhere,
+//! claim statement itself skips them and names them (no extra round trip); elsewhere,
 //! and after a claim that saw limited types, a primary-key probe of the buckets comes
-//! first (without limits the claim then runs exactly as before). For limited types it takes tokens
-//! in one transaction that locks their bucket rows (in type order, so claimers never
-//! deadlock), refills each by the database time elapsed since its last refill (at most
-//! `burst`), and takes at most `floor(tokens)` per type, at most the batch in all. It
-//! then claims at most the taken number of tasks of each type and gives the unused
-//! tokens back (never above `burst`). A token is therefore spent before its task can be
-//! claimed: concurrent claimers together never start more tasks than the bucket allows,
-//! and a crash between the two steps only loses tokens (the type runs slower for a
-//! moment, never faster). A task without a token stays waiting, spends no attempt, and
-//! the types without limits are claimed as usual.
+//! first (without limits the claim then runs exactly as before). For limited types it
+//! takes tokens in one transaction that locks their bucket rows (in type order, so
+//! claimers never deadlock), refills each by the database time elapsed since its last
+//! refill (at most `burst`), and takes at most `floor(tokens)` per type, at most the
+//! batch in all. It then claims at most the taken number of tasks of each type and
+//! gives the unused tokens back (never above `burst`). A token is therefore spent
+//! before its task can be claimed: concurrent claimers together never start more tasks
+//! than the bucket allows, and a crash between the two steps only loses tokens (the
+//! type runs slower for a moment, never faster). A task without a token stays waiting,
+//! spends no attempt, and the types without limits are claimed as usual.
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tenax_core::{InvalidInput, TaskRecord};
