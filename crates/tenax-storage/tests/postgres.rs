@@ -1,4 +1,4 @@
-//! PostgreSQL-only checks: the claim's query plan.
+//! PostgreSQL-only checks: query plans, and what the insert statement decides itself.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::time::Duration;
@@ -133,4 +133,101 @@ async fn unblocking_and_cancelling_dependents_walk_indexes() {
     // The parent's children through the dependency key, never a scan of either table.
     assert!(plan.contains("tenax_task_deps_pkey"), "{plan}");
     assert!(!plan.contains("Seq Scan"), "{plan}");
+}
+
+#[tokio::test]
+async fn the_bulk_insert_decides_the_events_flag_without_the_row_trigger() {
+    use tenax_core::{Priority, TaskNo};
+    use tenax_storage::{RunAt, TaskInsertManyParams, TaskInsertParams};
+
+    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let storage = PgStorage::connect(&format!(
+        "{url}{separator}schema={}",
+        unique_name("tenax_t")
+    ))
+    .await
+    .unwrap();
+    storage.migrate().await.unwrap();
+    sqlx::query(
+        "INSERT INTO tenax_event_rules (queue, command_type, created_at)
+         VALUES ('covered', '', now()), ('', 'TYPED', now()), ('pair', 'PAIRED', now())",
+    )
+    .execute(storage.pool())
+    .await
+    .unwrap();
+    let task = |no: &str, queue: &str, command_type: &str| TaskInsertParams {
+        task_no: TaskNo::new(no.to_owned()).unwrap(),
+        command_type: command_type.to_owned(),
+        payload: "{}".to_owned(),
+        payload_version: 1,
+        queue: queue.to_owned(),
+        priority: Priority::DEFAULT,
+        max_attempts: 3,
+        timeout: Duration::from_secs(60),
+        run_at: RunAt::Now,
+        now: None,
+        concurrency_key: None,
+        concurrency_limit: 1,
+        callback_url: None,
+    };
+    let mut tx = storage.pool().begin().await.unwrap();
+    // Counts this transaction's calls of PL/pgSQL functions (a superuser setting).
+    sqlx::query("SET LOCAL track_functions = 'pl'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tenax_storage::postgres::enqueue_many_in(
+        &mut tx,
+        &TaskInsertManyParams {
+            tasks: vec![
+                task("by-queue", "covered", "PLAIN"),
+                task("by-type", "other", "TYPED"),
+                task("by-pair", "pair", "PAIRED"),
+                task("half-pair", "pair", "PLAIN"),
+                task("neither", "other", "PLAIN"),
+            ],
+            now: None,
+        },
+    )
+    .await
+    .unwrap();
+    let trigger_calls = || {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COALESCE(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+             WHERE funcname = 'tenax_events_flag'",
+        )
+    };
+    assert_eq!(trigger_calls().fetch_one(&mut *tx).await.unwrap(), 0);
+    // An insert that leaves the flag unset still gets it from the trigger, and the
+    // count above would have seen that call.
+    sqlx::query(
+        "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
+             max_attempts, run_at, timeout_ms, created_at, updated_at)
+         VALUES ('foreign', 'PLAIN', '{}', 'covered', 5, 'pending', 3, now(), 1000, now(), now())",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(trigger_calls().fetch_one(&mut *tx).await.unwrap(), 1);
+    let flags: Vec<(String, bool)> =
+        sqlx::query_as("SELECT task_no, events FROM tenax_tasks ORDER BY task_no")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    let expected = [
+        ("by-pair", true),
+        ("by-queue", true),
+        ("by-type", true),
+        ("foreign", true),
+        ("half-pair", false),
+        ("neither", false),
+    ];
+    assert_eq!(
+        flags,
+        expected.map(|(no, on)| (no.to_owned(), on)).to_vec(),
+        "events flags"
+    );
 }

@@ -62,7 +62,10 @@ pub async fn analyze(storage: &PgStorage) -> Result<()> {
 
 /// Insert `tasks` `NOOP` tasks of the `default` queue with one multi-row `INSERT` per
 /// `batch`, each with its own commit: the columns a Tenax enqueue writes, with the
-/// payload and task number built by the database. `finished` inserts them as already
+/// payload and task number built by the database. The `events` flag is written as the
+/// constant it is here (a bench schema has no event rules), so that Tenax's row trigger,
+/// which fills an unset flag, does not fire: the baseline is the database's own insert,
+/// not Tenax's trigger. `finished` inserts them as already
 /// succeeded (to fill the table for the scale run); task numbers start with `prefix`.
 pub async fn raw_insert(
     storage: &PgStorage,
@@ -84,15 +87,15 @@ async fn insert_rows(
     let sql = if finished {
         "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
              attempt, max_attempts, lease_epoch, run_at, timeout_ms, created_at, updated_at,
-             started_at, finished_at, result)
+             started_at, finished_at, result, events)
          SELECT $3 || g, 'NOOP', '{\"order\":' || g || ',\"note\":\"bench\"}', 'default', 0,
-                'succeeded', 1, 3, 1, now(), 30000, now(), now(), now(), now(), 'null'
+                'succeeded', 1, 3, 1, now(), 30000, now(), now(), now(), now(), 'null', FALSE
          FROM generate_series($1::bigint, $2::bigint) g"
     } else {
         "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
-             max_attempts, run_at, timeout_ms, created_at, updated_at)
+             max_attempts, run_at, timeout_ms, created_at, updated_at, events)
          SELECT $3 || g, 'NOOP', '{\"order\":' || g || ',\"note\":\"bench\"}', 'default', 0,
-                'pending', 3, now(), 30000, now(), now()
+                'pending', 3, now(), 30000, now(), now(), FALSE
          FROM generate_series($1::bigint, $2::bigint) g"
     };
     let batch = batch.max(1);

@@ -86,12 +86,20 @@ pub(super) async fn insert_many(
         // or delayed, since a delayed task may be due before the timer other workers
         // have armed, and they re-arm on the hint. It answers only the columns the
         // database decides; the rest of each record is what was sent.
+        //
+        // It decides the `events` flag itself, so the `tenax_events_flag` trigger does
+        // not fire (migration 0014): a PL/pgSQL call per row was a third of the
+        // statement's time. The rule test is the trigger's (`queue IN ('', q) AND
+        // command_type IN ('', c)`), split by which side of a rule is the wildcard so
+        // that each part is a hashed lookup built once per statement. The trigger's
+        // per-row form also kept PostgreSQL from ever choosing the statement's generic
+        // plan, so that every single-task insert paid for planning it.
         let rows = sqlx::query(
             "WITH ins AS (
                  INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority,
                      status, max_attempts, run_at, timeout_ms, created_at, updated_at,
                      payload_version, concurrency_key, concurrency_limit, workflow_id,
-                     workflow_key, waiting_parents, callback_url)
+                     workflow_key, waiting_parents, callback_url, events)
                  SELECT t.task_no, 'execute', t.command_type, t.payload, t.queue, t.priority,
                         CASE WHEN COALESCE(w.waiting, 0) > 0 THEN 'blocked' ELSE 'pending' END,
                         t.max_attempts,
@@ -100,7 +108,15 @@ pub(super) async fn insert_many(
                         t.timeout_ms, COALESCE($1::timestamptz, now()),
                         COALESCE($1::timestamptz, now()),
                         t.payload_version, t.concurrency_key, t.concurrency_limit,
-                        $14::bigint, w.key, COALESCE(w.waiting, 0), t.callback_url
+                        $14::bigint, w.key, COALESCE(w.waiting, 0), t.callback_url,
+                        (t.queue, t.command_type) IN (SELECT queue, command_type
+                                                      FROM tenax_event_rules)
+                        OR t.queue IN (SELECT queue FROM tenax_event_rules
+                                       WHERE command_type = '')
+                        OR t.command_type IN (SELECT command_type FROM tenax_event_rules
+                                              WHERE queue = '')
+                        OR EXISTS (SELECT 1 FROM tenax_event_rules
+                                   WHERE queue = '' AND command_type = '')
                  FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int2[],
                              $7::int4[], $8::timestamptz[], $9::float8[], $10::int8[],
                              $11::int4[], $12::text[], $13::int4[], $17::text[])
