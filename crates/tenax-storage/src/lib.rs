@@ -35,6 +35,7 @@ pub mod events;
 pub mod mysql;
 pub mod outbox;
 pub mod params;
+mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue_stats;

@@ -231,3 +231,43 @@ async fn the_bulk_insert_decides_the_events_flag_without_the_row_trigger() {
         "events flags"
     );
 }
+
+#[tokio::test]
+async fn a_pooled_connection_the_server_closed_while_idle_is_replaced_before_use() {
+    use tenax_storage::postgres::PgConfig;
+
+    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let storage = PgStorage::connect_with(
+        &format!("{url}{separator}schema={}", unique_name("tenax_t")),
+        &PgConfig {
+            max_connections: 1,
+            listen: false,
+            ..PgConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    storage.migrate().await.unwrap();
+    let pid = || sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()");
+    let first = pid().fetch_one(storage.pool()).await.unwrap();
+    // The server ends the pool's one connection while it sits idle in the pool.
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(first)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(ended);
+    // Idle for longer than a connection is trusted unchecked (one second): the pool
+    // checks it, finds it closed, and opens another, so the call does not fail.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    storage
+        .now()
+        .await
+        .expect("a call after the idle connection was closed");
+    let second = pid().fetch_one(storage.pool()).await.unwrap();
+    assert_ne!(first, second);
+}

@@ -29,9 +29,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, SubsecRound, TimeDelta, Utc};
-use sqlx::mysql::{
-    MySqlConnectOptions, MySqlDatabaseError, MySqlExecutor, MySqlPool, MySqlPoolOptions,
-};
+use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlExecutor, MySqlPool};
 use sqlx::{Executor, MySql, QueryBuilder, Row, Transaction};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
@@ -165,7 +163,7 @@ impl MySqlStorage {
 
     async fn connect_options(options: MySqlConnectOptions, config: &MySqlConfig) -> Result<Self> {
         let lock_wait_secs = config.lock_wait_timeout.as_secs().max(1);
-        let pool = MySqlPoolOptions::new()
+        let pool = crate::pool::options::<sqlx::MySql>()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(config.acquire_timeout)
             .after_connect(move |conn, _meta| {

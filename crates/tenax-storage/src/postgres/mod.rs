@@ -24,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
 use sqlx::{Postgres, Row, Transaction};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
@@ -195,7 +195,7 @@ impl PgStorage {
         if let Some(schema) = &schema {
             options = options.options([("search_path", schema.as_str())]);
         }
-        let pool = PgPoolOptions::new()
+        let pool = crate::pool::options()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(config.acquire_timeout)
             .connect_with(options)

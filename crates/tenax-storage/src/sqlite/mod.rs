@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use sqlx::{Row, Sqlite, Transaction};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
@@ -143,7 +141,7 @@ impl SqliteStorage {
             })
             .busy_timeout(config.busy_timeout)
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
+        let pool = crate::pool::options()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(config.busy_timeout + Duration::from_secs(5))
             .connect_with(options)
