@@ -259,12 +259,23 @@ impl PgStorage {
         self.timed(async {
             let outcomes = if tasks.len() <= insert::CHUNK {
                 // One statement, its own transaction: no BEGIN and COMMIT round trips,
-                // and `created_at` is the statement's start, not a BEGIN's.
+                // and `created_at` is the statement's start, not a BEGIN's. First as a
+                // plain INSERT, which fails whole if a number exists; then, only if
+                // one did, again skipping the numbers that exist.
                 let mut conn = self.pool.acquire().await.map_err(map_err)?;
-                insert::insert_many(&mut conn, tasks, payloads, now, None).await?
+                let fresh = insert::Existing::Fail;
+                match insert::insert_many(&mut conn, tasks, payloads, now, None, fresh).await {
+                    Err(e) if insert::number_taken(&e) => {
+                        let skip = insert::Existing::Skip;
+                        insert::insert_many(&mut conn, tasks, payloads, now, None, skip).await?
+                    }
+                    other => other?,
+                }
             } else {
                 let mut tx = self.begin().await?;
-                let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+                let skip = insert::Existing::Skip;
+                let outcomes =
+                    insert::insert_many(&mut tx, tasks, payloads, now, None, skip).await?;
                 tx.commit().await.map_err(map_err)?;
                 outcomes
             };

@@ -54,6 +54,7 @@ pub(super) async fn insert(
         &checked.payloads,
         Some(created_at),
         Some(&rows),
+        super::insert::Existing::Skip,
     )
     .await?;
     let tasks = created_tasks(params, outcomes)?;
