@@ -3,23 +3,28 @@
 
 use std::time::Duration;
 
-use tenax_storage::postgres::PgStorage;
+use tenax_storage::postgres::{PgConfig, PgStorage};
 use tenax_storage::testing::{unique_name, url_from_env};
 use tenax_storage::{Storage, TaskClaimParams};
 
+/// A migrated schema of its own on the server of `TENAX_TEST_POSTGRES_URL`, and that
+/// URL (`None` when it is not set).
+async fn fresh_schema(config: PgConfig) -> Option<(PgStorage, String)> {
+    let url = url_from_env("TENAX_TEST_POSTGRES_URL")?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let schema = unique_name("tenax_t");
+    let storage = PgStorage::connect_with(&format!("{url}{separator}schema={schema}"), &config)
+        .await
+        .unwrap();
+    storage.migrate().await.unwrap();
+    Some((storage, url))
+}
+
 #[tokio::test]
 async fn the_claim_scans_the_claim_index_in_order_without_sorting_the_backlog() {
-    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+    let Some((storage, _)) = fresh_schema(PgConfig::default()).await else {
         return;
     };
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let storage = PgStorage::connect(&format!(
-        "{url}{separator}schema={}",
-        unique_name("tenax_t")
-    ))
-    .await
-    .unwrap();
-    storage.migrate().await.unwrap();
     // Enough rows that the planner prefers the index, as in production.
     sqlx::query(
         "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
@@ -78,17 +83,9 @@ async fn unblocking_and_cancelling_dependents_walk_indexes() {
     use tenax_storage::testing::workflows::workflow;
     use tenax_storage::{WorkflowKind, WorkflowPolicy};
 
-    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+    let Some((storage, _)) = fresh_schema(PgConfig::default()).await else {
         return;
     };
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let storage = PgStorage::connect(&format!(
-        "{url}{separator}schema={}",
-        unique_name("tenax_t")
-    ))
-    .await
-    .unwrap();
-    storage.migrate().await.unwrap();
     // A table of finished tasks, as in production, and a 1,000-wide fan-out.
     sqlx::query(
         "INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
@@ -137,20 +134,12 @@ async fn unblocking_and_cancelling_dependents_walk_indexes() {
 
 #[tokio::test]
 async fn the_bulk_insert_decides_the_events_flag_without_the_row_trigger() {
-    use tenax_core::{Priority, TaskNo};
-    use tenax_storage::{RunAt, TaskInsertManyParams, TaskInsertParams};
+    use tenax_storage::testing::bulk_insert::numbered;
+    use tenax_storage::{TaskInsertManyParams, TaskInsertParams};
 
-    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+    let Some((storage, _)) = fresh_schema(PgConfig::default()).await else {
         return;
     };
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let storage = PgStorage::connect(&format!(
-        "{url}{separator}schema={}",
-        unique_name("tenax_t")
-    ))
-    .await
-    .unwrap();
-    storage.migrate().await.unwrap();
     sqlx::query(
         "INSERT INTO tenax_event_rules (queue, command_type, created_at)
          VALUES ('covered', '', now()), ('', 'TYPED', now()), ('pair', 'PAIRED', now())",
@@ -159,19 +148,9 @@ async fn the_bulk_insert_decides_the_events_flag_without_the_row_trigger() {
     .await
     .unwrap();
     let task = |no: &str, queue: &str, command_type: &str| TaskInsertParams {
-        task_no: TaskNo::new(no.to_owned()).unwrap(),
-        command_type: command_type.to_owned(),
-        payload: "{}".to_owned(),
-        payload_version: 1,
         queue: queue.to_owned(),
-        priority: Priority::DEFAULT,
-        max_attempts: 3,
-        timeout: Duration::from_secs(60),
-        run_at: RunAt::Now,
-        now: None,
-        concurrency_key: None,
-        concurrency_limit: 1,
-        callback_url: None,
+        command_type: command_type.to_owned(),
+        ..numbered(no, 0)
     };
     let mut tx = storage.pool().begin().await.unwrap();
     // Counts this transaction's calls of PL/pgSQL functions (a superuser setting).
@@ -234,23 +213,14 @@ async fn the_bulk_insert_decides_the_events_flag_without_the_row_trigger() {
 
 #[tokio::test]
 async fn a_pooled_connection_the_server_closed_while_idle_is_replaced_before_use() {
-    use tenax_storage::postgres::PgConfig;
-
-    let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
+    let config = PgConfig {
+        max_connections: 1,
+        listen: false,
+        ..PgConfig::default()
+    };
+    let Some((storage, url)) = fresh_schema(config).await else {
         return;
     };
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let storage = PgStorage::connect_with(
-        &format!("{url}{separator}schema={}", unique_name("tenax_t")),
-        &PgConfig {
-            max_connections: 1,
-            listen: false,
-            ..PgConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    storage.migrate().await.unwrap();
     let pid = || sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()");
     let first = pid().fetch_one(storage.pool()).await.unwrap();
     // The server ends the pool's one connection while it sits idle in the pool.
