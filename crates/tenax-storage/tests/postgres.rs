@@ -209,6 +209,28 @@ async fn the_bulk_insert_decides_the_events_flag_without_the_row_trigger() {
         expected.map(|(no, on)| (no.to_owned(), on)).to_vec(),
         "events flags"
     );
+    // The rule for everything covers what no other rule does.
+    sqlx::query(
+        "INSERT INTO tenax_event_rules (queue, command_type, created_at) VALUES ('', '', now())",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tenax_storage::postgres::enqueue_many_in(
+        &mut tx,
+        &TaskInsertManyParams {
+            tasks: vec![task("anything", "other", "PLAIN")],
+            now: None,
+        },
+    )
+    .await
+    .unwrap();
+    let anything: bool =
+        sqlx::query_scalar("SELECT events FROM tenax_tasks WHERE task_no = 'anything'")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert!(anything, "the rule for everything did not flag a task");
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! transaction.
 use std::collections::HashMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, Row, Transaction};
@@ -40,7 +40,8 @@ pub(super) enum Existing {
     /// connection outside any transaction), so that the caller can repeat it with
     /// [`Existing::Skip`]. The speculative insertion of `ON CONFLICT` costs an index
     /// probe per row, about a sixth of a 1,000-row statement's time, paid for numbers
-    /// that are almost always new.
+    /// that are almost always new. A number that exists costs the rows written before
+    /// the failure, and an `ERROR` line in the server's log.
     Fail,
 }
 
@@ -72,6 +73,8 @@ pub(super) async fn insert_many(
     workflow: Option<&WorkflowRows<'_>>,
     existing: Existing,
 ) -> Result<Vec<TaskInsertOutcome>> {
+    // A plain INSERT fails whole only as one statement outside a transaction.
+    debug_assert!(existing == Existing::Skip || tasks.len() <= CHUNK);
     let on_conflict = match existing {
         Existing::Skip => "ON CONFLICT (task_no) DO NOTHING",
         Existing::Fail => "",
@@ -100,7 +103,7 @@ pub(super) async fn insert_many(
             let (at, delay) = match task.run_at {
                 RunAt::Now => (None, 0),
                 RunAt::In(delay) => (None, duration_ms(delay)),
-                RunAt::At(at) => (Some(at), 0),
+                RunAt::At(at) => (Some(stored_instant(at)), 0),
             };
             task_no.push(task.task_no.as_str());
             command_type.push(task.command_type.as_str());
@@ -235,6 +238,13 @@ pub(super) async fn insert_many(
     resolve_many(tasks, payloads, created, &existing)
 }
 
+/// An instant as it is sent and stored: whole microseconds, the rest cut off within its
+/// second. (sqlx would cut it toward 2000-01-01, PostgreSQL's epoch, which rounds an
+/// earlier instant up, so the answer could not follow from what was given.)
+fn stored_instant(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.trunc_subsecs(6)
+}
+
 /// The record of a task just inserted from `sent`: its `id` and creation time `at`
 /// from `row`, `run_at` from them as the statement computed it, `blocked` (waiting for
 /// parents) or `pending`, the rest as sent, and every column of a new task's life
@@ -244,9 +254,7 @@ fn created_record(sent: &TaskInsertParams, row: &PgRow, blocked: bool) -> Result
     let run_at = match sent.run_at {
         RunAt::Now => at,
         RunAt::In(delay) => at + chrono::Duration::milliseconds(duration_ms(delay)),
-        // Sent as microseconds (sqlx truncates), as PostgreSQL stores it.
-        RunAt::At(run_at) => DateTime::from_timestamp_micros(run_at.timestamp_micros())
-            .ok_or_else(|| crate::StorageError::Corrupt(format!("run_at {run_at} out of range")))?,
+        RunAt::At(run_at) => stored_instant(run_at),
     };
     Ok(TaskRecord {
         id: TaskId(row.try_get("id").map_err(map_err)?),

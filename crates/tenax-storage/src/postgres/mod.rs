@@ -259,11 +259,18 @@ impl PgStorage {
         self.timed(async {
             let outcomes = if tasks.len() <= insert::CHUNK {
                 // One statement, its own transaction: no BEGIN and COMMIT round trips,
-                // and `created_at` is the statement's start, not a BEGIN's. First as a
-                // plain INSERT, which fails whole if a number exists; then, only if
-                // one did, again skipping the numbers that exist.
+                // and `created_at` is the statement's start, not a BEGIN's. Many tasks
+                // are sent first as a plain INSERT, which fails whole if a number
+                // exists; then, only if one did, again skipping the numbers that exist.
+                // (That failure is an ERROR line in the server's log and the rows
+                // written before it are thrown away, so one task, whose ON CONFLICT
+                // costs a single probe, always skips.)
                 let mut conn = self.pool.acquire().await.map_err(map_err)?;
-                let fresh = insert::Existing::Fail;
+                let fresh = if tasks.len() > 1 {
+                    insert::Existing::Fail
+                } else {
+                    insert::Existing::Skip
+                };
                 match insert::insert_many(&mut conn, tasks, payloads, now, None, fresh).await {
                     Err(e) if insert::number_taken(&e) => {
                         let skip = insert::Existing::Skip;

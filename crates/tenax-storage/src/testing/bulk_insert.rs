@@ -164,19 +164,28 @@ pub async fn the_record_an_insert_answers_is_the_stored_record(h: &Harness) {
     let mut later = numbered("odd-1", 1);
     later.run_at = RunAt::At(at);
     later.queue = "emails".to_owned();
+    // Before 2000 with a sub-microsecond part: PostgreSQL counts microseconds from
+    // 2000, so a cut toward that epoch rounds this one up.
+    let mut early = numbered("odd-3", 3);
+    early.run_at = RunAt::At(
+        chrono::DateTime::parse_from_rfc3339("1999-12-31T23:59:59.000000500Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc),
+    );
 
     let single = h.storage.task_insert(&odd).await.unwrap();
     assert!(single.created);
     let mut answered = vec![single.task];
     let tasks = vec![
         later,
+        early,
         numbered("odd-2", 2),
         numbered("odd-2", 2),
         odd.clone(),
     ];
     let outcomes = h.storage.task_insert_many(&many(tasks)).await.unwrap();
     let created: Vec<bool> = outcomes.iter().map(TaskInsertOutcome::created).collect();
-    assert_eq!(created, [true, true, false, false]);
+    assert_eq!(created, [true, true, true, false, false]);
     answered.extend(outcomes.iter().map(|o| o.task().clone()));
     for record in answered {
         let stored = h
