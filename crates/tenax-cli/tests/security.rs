@@ -1500,18 +1500,19 @@ fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 fn battery_sql_text_is_never_formatted_from_input() {
     // (file suffix, placeholder): why it is safe.
     let allowed = [
-        ("mysql/keys.rs", "status"),        // one of the CLAIMABLE constants
-        ("mysql/mod.rs", "status"),         // one of the CLAIMABLE constants / a CASE constant
-        ("mysql/mod.rs", "lock_wait_secs"), // an integer from the configuration
-        ("mysql/mod.rs", "name"),           // database name checked to [A-Za-z0-9_]
-        ("mysql/mod.rs", "lock"),           // Lock::clause(), a constant
-        ("mysql/rates.rs", ""),             // marks(n): "?, ?, ..."
-        ("mysql/schedules.rs", "lock"),     // Lock::clause(), a constant
-        ("postgres/bulk.rs", "update"),     // constant UPDATE text
-        ("postgres/mod.rs", "schema"),      // schema name checked to [a-z0-9_]
-        ("postgres/mod.rs", "status"),      // a CASE constant
-        ("sqlite/mod.rs", "status"),        // a CASE constant
-        ("sqlite/bench.rs", "status"),      // benchmark fillers (feature `bench`), constants
+        ("mysql/keys.rs", "status"),           // one of the CLAIMABLE constants
+        ("mysql/mod.rs", "status"),            // one of the CLAIMABLE constants / a CASE constant
+        ("mysql/mod.rs", "lock_wait_secs"),    // an integer from the configuration
+        ("mysql/mod.rs", "name"),              // database name checked to [A-Za-z0-9_]
+        ("mysql/mod.rs", "lock"),              // Lock::clause(), a constant
+        ("mysql/rates.rs", ""),                // marks(n): "?, ?, ..."
+        ("mysql/schedules.rs", "lock"),        // Lock::clause(), a constant
+        ("postgres/bulk.rs", "update"),        // constant UPDATE text
+        ("postgres/insert.rs", "on_conflict"), // Existing::clause(), a constant
+        ("postgres/mod.rs", "schema"),         // schema name checked to [a-z0-9_]
+        ("postgres/mod.rs", "status"),         // a CASE constant
+        ("sqlite/mod.rs", "status"),           // a CASE constant
+        ("sqlite/bench.rs", "status"),         // benchmark fillers (feature `bench`), constants
         ("sqlite/bench.rs", "finished_at"),
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tenax-storage/src");

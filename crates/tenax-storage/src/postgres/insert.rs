@@ -45,6 +45,16 @@ pub(super) enum Existing {
     Fail,
 }
 
+impl Existing {
+    /// The statement's conflict clause: a constant.
+    fn clause(self) -> &'static str {
+        match self {
+            Existing::Skip => "ON CONFLICT (task_no) DO NOTHING",
+            Existing::Fail => "",
+        }
+    }
+}
+
 /// Whether an insert with [`Existing::Fail`] failed because a task number exists (or
 /// was repeated in the call).
 pub(super) fn number_taken(error: &crate::StorageError) -> bool {
@@ -75,10 +85,7 @@ pub(super) async fn insert_many(
 ) -> Result<Vec<TaskInsertOutcome>> {
     // A plain INSERT fails whole only as one statement outside a transaction.
     debug_assert!(existing == Existing::Skip || tasks.len() <= CHUNK);
-    let on_conflict = match existing {
-        Existing::Skip => "ON CONFLICT (task_no) DO NOTHING",
-        Existing::Fail => "",
-    };
+    let on_conflict = existing.clause();
     let mut created: HashMap<String, TaskRecord> = HashMap::new();
     for (c, chunk) in tasks.chunks(CHUNK).enumerate() {
         let range = c * CHUNK..c * CHUNK + chunk.len();
