@@ -5,6 +5,7 @@
 #
 #   .ci/schemathesis.sh          100 examples per operation (CI)
 #   .ci/schemathesis.sh 1000     the nightly depth
+#   TENAX_BIN=target/debug/tenax .ci/schemathesis.sh   serve with a binary already built
 #
 # Schemathesis (pinned) is installed in a virtualenv next to the build, outside the
 # clone when CARGO_TARGET_DIR is set.
@@ -30,9 +31,14 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
     "$venv/bin/pip" install -q "schemathesis==$version" || fail "cannot install schemathesis"
 fi
 
-echo "== building tenax"
-cargo build -q -p tenax-cli --all-features --bin tenax
-tenax="$out/debug/tenax"
+# TENAX_BIN: a `tenax` binary already built (.ci/test passes the test build's).
+tenax=${TENAX_BIN:-}
+if [ -z "$tenax" ]; then
+    echo "== building tenax"
+    cargo build -q -p tenax-cli --all-features --bin tenax
+    tenax="$out/debug/tenax"
+fi
+[ -x "$tenax" ] || fail "no tenax binary at $tenax"
 
 work=$(mktemp -d)
 server=""
