@@ -80,8 +80,9 @@ impl Client {
             .and_then(|payload| Ok((payload, Priority::new(C::PRIORITY)?)));
         Enqueue {
             client: self,
+            numbered: false,
             params: params.map(|(payload, priority)| TaskInsertParams {
-                task_no: TaskNo::generate(),
+                task_no: TaskNo::from_stored(String::new()),
                 command_type: C::TYPE.to_owned(),
                 payload,
                 payload_version: C::VERSION,
@@ -104,8 +105,9 @@ impl Client {
     pub fn enqueue_raw(&self, command_type: &str, payload: &serde_json::Value) -> Enqueue<'_> {
         Enqueue {
             client: self,
+            numbered: false,
             params: Ok(TaskInsertParams {
-                task_no: TaskNo::generate(),
+                task_no: TaskNo::from_stored(String::new()),
                 command_type: command_type.to_owned(),
                 payload: payload.to_string(),
                 payload_version: 1,
@@ -190,6 +192,10 @@ impl Client {
 pub struct Enqueue<'a> {
     client: &'a Client,
     params: Result<TaskInsertParams, Error>,
+    /// Whether `task_no` was given. If not, `params` holds an empty number (which
+    /// never leaves the builder) until [`into_params`](Enqueue::into_params)
+    /// generates one: a number generated up front is wasted work when one is given.
+    numbered: bool,
 }
 
 impl Enqueue<'_> {
@@ -198,7 +204,11 @@ impl Enqueue<'_> {
     /// insert inside a transaction of the caller's (for example
     /// `tenax::storage::postgres::enqueue_in`).
     pub fn into_params(self) -> Result<TaskInsertParams, Error> {
-        self.params
+        let mut params = self.params?;
+        if !self.numbered {
+            params.task_no = TaskNo::generate();
+        }
+        Ok(params)
     }
 
     fn map(mut self, f: impl FnOnce(&mut TaskInsertParams) -> Result<(), Error>) -> Self {
@@ -213,10 +223,12 @@ impl Enqueue<'_> {
     /// The business number (idempotency key). Defaults to a fresh UUIDv7.
     pub fn task_no(self, task_no: impl Into<String>) -> Self {
         let task_no = task_no.into();
-        self.map(|p| {
+        let mut this = self.map(|p| {
             p.task_no = TaskNo::new(task_no)?;
             Ok(())
-        })
+        });
+        this.numbered = true;
+        this
     }
 
     /// The queue. Defaults to the command's.
@@ -326,8 +338,9 @@ impl<'a> IntoFuture for Enqueue<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let params = self.params?;
-            Ok(self.client.storage.task_insert(&params).await?)
+            let client = self.client;
+            let params = self.into_params()?;
+            Ok(client.storage.task_insert(&params).await?)
         })
     }
 }

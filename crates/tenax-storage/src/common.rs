@@ -11,8 +11,8 @@ use crate::params::{TaskInsertParams, TaskRef};
 /// The largest payload accepted, in bytes.
 pub const PAYLOAD_MAX_BYTES: usize = 1024 * 1024;
 
-/// Check an insert before it reaches the database; returns the parsed payload.
-pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
+/// Check an insert before it reaches the database.
+pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<()> {
     if params.payload.len() > PAYLOAD_MAX_BYTES {
         return Err(InvalidInput::new(
             "payload",
@@ -23,7 +23,7 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
         )
         .into());
     }
-    let payload: Value = serde_json::from_str(&params.payload)
+    check_json(&params.payload)
         .map_err(|e| InvalidInput::new("payload", format!("is not JSON: {e}")))?;
     tenax_core::QueueName::new(params.queue.clone())?;
     tenax_core::validate_command_type(&params.command_type)?;
@@ -51,7 +51,70 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
         }
         _ => {}
     }
-    Ok(payload)
+    Ok(())
+}
+
+/// Whether `text` is one JSON value that [`serde_json::Value`] accepts, checked
+/// without building it: the same parser and the same refusals (a lone surrogate
+/// escape, a number out of `f64`'s range, nesting deeper than 128), but nothing is
+/// allocated but the parser's buffer for escaped strings. Building the `Value` of
+/// each payload was the largest single cost of a bulk insert on the client.
+/// (`serde::de::IgnoredAny` is not enough: it skips strings and numbers without
+/// decoding them, so it lets through what `Value` refuses, and what PostgreSQL's
+/// `jsonb` refuses too.)
+pub(crate) fn check_json(text: &str) -> serde_json::Result<()> {
+    serde_json::from_str::<JsonChecked>(text).map(|_| ())
+}
+
+/// A JSON value checked and dropped; see [`check_json`].
+struct JsonChecked;
+
+impl<'de> serde::Deserialize<'de> for JsonChecked {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonChecked)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonChecked {
+    type Value = JsonChecked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Self, E> {
+        Ok(JsonChecked)
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<Self, E> {
+        Ok(JsonChecked)
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<Self, E> {
+        Ok(JsonChecked)
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<Self, E> {
+        Ok(JsonChecked)
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<Self, E> {
+        Ok(JsonChecked)
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<Self, E> {
+        Ok(JsonChecked)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self, A::Error> {
+        while seq.next_element::<JsonChecked>()?.is_some() {}
+        Ok(JsonChecked)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self, A::Error> {
+        while map.next_entry::<JsonChecked, JsonChecked>()?.is_some() {}
+        Ok(JsonChecked)
+    }
 }
 
 /// The longest delay or duration stored: longer ones (a retry policy capped at
@@ -59,11 +122,18 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<Value> {
 pub const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Whether a stored payload is the same JSON value as a new one (key order and
-/// white space do not matter).
-pub(crate) fn same_payload(stored: &str, new: &Value) -> bool {
-    serde_json::from_str::<Value>(stored)
-        .map(|stored| &stored == new)
-        .unwrap_or(false)
+/// white space do not matter). Text that is not JSON is the same as nothing.
+pub(crate) fn same_payload(stored: &str, new: &str) -> bool {
+    if stored == new {
+        return true;
+    }
+    match (
+        serde_json::from_str::<Value>(stored),
+        serde_json::from_str::<Value>(new),
+    ) {
+        (Ok(stored), Ok(new)) => stored == new,
+        _ => false,
+    }
 }
 
 /// The answer to an insert whose `task_no` exists: the existing task, or a conflict.
@@ -74,7 +144,6 @@ pub(crate) fn same_payload(stored: &str, new: &Value) -> bool {
 pub(crate) fn existing_or_conflict(
     existing: TaskRecord,
     params: &TaskInsertParams,
-    payload: &Value,
 ) -> Result<crate::TaskInserted> {
     if existing.command_type != params.command_type {
         return Err(StorageError::TaskNoConflict {
@@ -82,7 +151,7 @@ pub(crate) fn existing_or_conflict(
             field: "command type",
         });
     }
-    if !same_payload(&existing.payload, payload) {
+    if !same_payload(&existing.payload, &params.payload) {
         return Err(StorageError::TaskNoConflict {
             task_no: params.task_no.to_string(),
             field: "payload",
@@ -291,60 +360,89 @@ pub(crate) fn pick_keyed(
     ids
 }
 
-/// Check every task of a bulk insert before any reaches the database; returns the
-/// parsed payloads in order. A refusal names the item (`tasks[3].payload`).
-pub(crate) fn validate_many(tasks: &[TaskInsertParams]) -> Result<Vec<Value>> {
+/// Check every task of a bulk insert before any reaches the database. A refusal names
+/// the item (`tasks[3].payload`).
+pub(crate) fn validate_many(tasks: &[TaskInsertParams]) -> Result<()> {
+    for (i, task) in tasks.iter().enumerate() {
+        validate_insert(task).map_err(|err| match err {
+            StorageError::Invalid(invalid) => InvalidInput::new(
+                invalid.field,
+                format!("(task {i}, task_no {}) {}", task.task_no, invalid.reason),
+            )
+            .into(),
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// The records a bulk insert created, by the position of the item that created each:
+/// the first item of each number found in `created` (a map by `task_no`, drained).
+pub(crate) fn by_position(
+    tasks: &[TaskInsertParams],
+    mut created: std::collections::HashMap<String, TaskRecord>,
+) -> Vec<Option<TaskRecord>> {
     tasks
         .iter()
-        .enumerate()
-        .map(|(i, task)| {
-            validate_insert(task).map_err(|err| match err {
-                StorageError::Invalid(invalid) => InvalidInput::new(
-                    invalid.field,
-                    format!("(task {i}, task_no {}) {}", task.task_no, invalid.reason),
-                )
-                .into(),
-                other => other,
-            })
-        })
+        .map(|task| created.remove(task.task_no.as_str()))
         .collect()
 }
 
-/// The per-item answer of a bulk insert. `created` holds the rows this call inserted
-/// and `existing` the rows that held a number before, both by `task_no`. The first
-/// item of a number the call inserted is `Created`; a later item of the same number
-/// (in the same call) is compared with it, as a repeat in a later call would be.
+/// The per-item answer of a bulk insert. `created[i]` holds the row item `i` inserted
+/// (`None` where it inserted none) and `existing` the rows that held a number before,
+/// by `task_no`. An item that created its row is `Created`; any other is compared with
+/// the row of its number: one this call created from an earlier item (as a repeat in
+/// a later call would be), or one that existed.
 pub(crate) fn resolve_many(
     tasks: &[TaskInsertParams],
-    payloads: &[Value],
-    mut created: std::collections::HashMap<String, TaskRecord>,
+    created: Vec<Option<TaskRecord>>,
     existing: &std::collections::HashMap<String, TaskRecord>,
 ) -> Result<Vec<crate::TaskInsertOutcome>> {
     use crate::TaskInsertOutcome;
-    // Where in `out` the record of a number this call created is, for a repeat of it.
-    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    if created.len() != tasks.len() {
+        return Err(StorageError::Corrupt(format!(
+            "{} insert outcomes for {} tasks",
+            created.len(),
+            tasks.len()
+        )));
+    }
+    // Where in `out` the record of a number this call created is, for a repeat of it:
+    // built at the first item that created nothing (most calls have none).
+    let mut seen: Option<std::collections::HashMap<&str, usize>> = None;
     let mut out: Vec<TaskInsertOutcome> = Vec::with_capacity(tasks.len());
-    for (task, payload) in tasks.iter().zip(payloads) {
-        let no = task.task_no.as_str();
-        if let Some(record) = created.remove(no) {
-            seen.insert(no, out.len());
+    for (task, record) in tasks.iter().zip(created) {
+        if let Some(record) = record {
+            if let Some(seen) = &mut seen {
+                seen.entry(task.task_no.as_str()).or_insert(out.len());
+            }
             out.push(TaskInsertOutcome::Created(record));
             continue;
         }
+        let seen = seen.get_or_insert_with(|| {
+            let mut seen = std::collections::HashMap::new();
+            for (j, earlier) in out.iter().enumerate() {
+                if let TaskInsertOutcome::Created(_) = earlier {
+                    seen.entry(tasks[j].task_no.as_str()).or_insert(j);
+                }
+            }
+            seen
+        });
+        let no = task.task_no.as_str();
         let stored = seen
             .get(no)
-            .map(|&i| out[i].task())
+            .map(|&j| out[j].task())
             .or_else(|| existing.get(no))
             .cloned()
             .ok_or_else(|| StorageError::NotFound(task.task_no.to_string()))?;
-        out.push(match existing_or_conflict(stored.clone(), task, payload) {
+        let outcome = match existing_or_conflict(stored.clone(), task) {
             Ok(_) => TaskInsertOutcome::Existing(stored),
             Err(StorageError::TaskNoConflict { field, .. }) => TaskInsertOutcome::Conflict {
                 existing: stored,
                 field,
             },
             Err(other) => return Err(other),
-        });
+        };
+        out.push(outcome);
     }
     Ok(out)
 }
@@ -394,5 +492,93 @@ mod keyed_tests {
             pick_keyed(&candidates, &BTreeMap::new(), 10),
             vec![1, 3, 4, 5, 6]
         );
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::*;
+
+    /// What `check_json` says of `text` is what parsing it into a `Value` says.
+    fn agrees(text: &str) -> bool {
+        check_json(text).is_ok() == serde_json::from_str::<Value>(text).is_ok()
+    }
+
+    #[test]
+    fn the_payload_check_accepts_exactly_what_a_json_value_accepts() {
+        let deep_ok = format!("{}{}", "[".repeat(127), "]".repeat(127));
+        let too_deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        let cases = [
+            r#"{"order": 1, "note": "bench"}"#,
+            "null",
+            "true",
+            "-0",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "1e308",
+            "1e400",
+            "-1e400",
+            "1e-400",
+            "0.1e",
+            "01",
+            r#""\ud83d\ude00""#,
+            r#""\ud83d""#,
+            r#""\ude00""#,
+            r#""\ud83d\u0041""#,
+            r#"{"\ud800": 1}"#,
+            r#"{"\u00e9": "\n\t\/"}"#,
+            r#""\x""#,
+            "\"tab\tinside\"",
+            r#"{"a": 1, "a": 2}"#,
+            r#"{"a": 1,}"#,
+            "[1, 2,]",
+            "{1: 2}",
+            "",
+            " ",
+            "[] []",
+            "[]  \n",
+            "nul",
+            &deep_ok,
+            &too_deep,
+        ];
+        for text in cases {
+            assert!(agrees(text), "the check and Value disagree on {text:?}");
+        }
+        assert!(check_json(r#""\ud83d""#).is_err());
+        assert!(check_json("1e400").is_err());
+        assert!(check_json(&too_deep).is_err());
+        assert!(check_json(&deep_ok).is_ok());
+    }
+
+    /// Every one-byte change (a replacement by a byte that matters to JSON, or a
+    /// deletion) of a few documents: the check agrees with `Value` on each.
+    #[test]
+    fn the_payload_check_agrees_with_a_json_value_on_every_one_byte_change() {
+        let seeds = [
+            r#"{"a":[1,-2.5e3,true,null,"x\u00e9\ud83d\ude00"],"b":{"c":"\\"}}"#,
+            r#"[18446744073709551615,1e308,"\ud800\udc00",{}]"#,
+        ];
+        let bytes = b"\"\\u0d8e9-+.,:[]{} xtn";
+        let mut tried = 0;
+        for seed in seeds {
+            for at in 0..seed.len() {
+                let mut deleted = seed.as_bytes().to_vec();
+                deleted.remove(at);
+                let mut variants = vec![deleted];
+                for &b in bytes {
+                    let mut changed = seed.as_bytes().to_vec();
+                    changed[at] = b;
+                    variants.push(changed);
+                }
+                for variant in variants {
+                    if let Ok(text) = std::str::from_utf8(&variant) {
+                        tried += 1;
+                        assert!(agrees(text), "the check and Value disagree on {text:?}");
+                    }
+                }
+            }
+        }
+        assert!(tried > 1_000, "only {tried} variants were tried");
     }
 }

@@ -134,9 +134,7 @@ impl ScheduleRow {
 /// the next fire time restarts from now).
 pub(crate) fn upsert_change(stored: &ScheduleDef, new: &ScheduleDef) -> (ScheduleUpserted, bool) {
     let cadence_changed = stored.cadence != new.cadence;
-    let same_payload = serde_json::from_str::<serde_json::Value>(&new.payload)
-        .map(|value| same_payload(&stored.payload, &value))
-        .unwrap_or(false);
+    let same_payload = same_payload(&stored.payload, &new.payload);
     let same = !cadence_changed
         && same_payload
         && stored.missed == new.missed

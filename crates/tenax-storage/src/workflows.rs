@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use tenax_core::{InvalidInput, TaskNo, TaskRecord, TaskStatus};
 
 use crate::common::validate_many;
@@ -237,11 +236,10 @@ pub struct ParentOutcome {
     pub result: Option<String>,
 }
 
-/// A workflow checked and ready to insert: payloads parsed, and per task the indexes of
-/// its parents.
+/// A workflow checked and ready to insert: its tasks, and per task the indexes of its
+/// parents.
 pub(crate) struct CheckedWorkflow {
     pub(crate) tasks: Vec<TaskInsertParams>,
-    pub(crate) payloads: Vec<Value>,
     pub(crate) parents: Vec<Vec<usize>>,
 }
 
@@ -333,12 +331,8 @@ pub(crate) fn check_workflow(params: &WorkflowInsertParams) -> Result<CheckedWor
         }
     }
     let tasks: Vec<TaskInsertParams> = params.tasks.iter().map(|t| t.task.clone()).collect();
-    let payloads = validate_many(&tasks)?;
-    Ok(CheckedWorkflow {
-        tasks,
-        payloads,
-        parents,
-    })
+    validate_many(&tasks)?;
+    Ok(CheckedWorkflow { tasks, parents })
 }
 
 /// A cycle in the "waits for" graph, as a path of task indexes that starts and ends at

@@ -60,3 +60,36 @@ async fn a_workflow_with_an_unknown_parent_is_refused_and_inserts_nothing() {
         .unwrap();
     assert!(listed.is_empty());
 }
+
+/// A builder given no number gets a fresh UUIDv7 when it is sent, alone or in bulk;
+/// one given a number keeps it, even a number given after other settings.
+#[tokio::test]
+async fn an_enqueue_without_a_number_gets_a_fresh_uuid_and_one_with_a_number_keeps_it() {
+    let (_dir, client) = client().await;
+    let single = client.enqueue_raw("NOOP", &json!({})).await.unwrap();
+    let many = client
+        .enqueue_many((0..3).map(|i| client.enqueue_raw("NOOP", &json!({ "i": i }))))
+        .await
+        .unwrap();
+    let mut numbers = vec![single.task.task_no.to_string()];
+    numbers.extend(many.iter().map(|o| o.task().task_no.to_string()));
+    for no in &numbers {
+        let uuid = uuid::Uuid::parse_str(no).unwrap_or_else(|e| panic!("{no:?}: {e}"));
+        assert_eq!(uuid.get_version_num(), 7, "{no}");
+    }
+    let unique: std::collections::HashSet<_> = numbers.iter().collect();
+    assert_eq!(unique.len(), numbers.len(), "{numbers:?}");
+    let named = client
+        .enqueue_raw("NOOP", &json!({}))
+        .task_no("given-1")
+        .priority(3)
+        .await
+        .unwrap();
+    assert_eq!(named.task.task_no.as_str(), "given-1");
+    let params = client
+        .enqueue_raw("NOOP", &json!({}))
+        .task_no("given-2")
+        .into_params()
+        .unwrap();
+    assert_eq!(params.task_no.as_str(), "given-2");
+}

@@ -687,11 +687,10 @@ impl MySqlStorage {
     async fn insert_once(
         &self,
         tasks: &[TaskInsertParams],
-        payloads: &[serde_json::Value],
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
         let mut tx = self.begin().await?;
-        let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+        let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
         tx.commit().await.map_err(map_err)?;
         if outcomes.iter().any(TaskInsertOutcome::created) {
             self.wake();
@@ -1404,10 +1403,9 @@ impl Storage for MySqlStorage {
     }
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
-        let payload = validate_insert(params)?;
+        validate_insert(params)?;
         let tasks = std::slice::from_ref(params);
-        let payloads = std::slice::from_ref(&payload);
-        let mut outcomes = retrying(|| self.insert_once(tasks, payloads, params.now)).await?;
+        let mut outcomes = retrying(|| self.insert_once(tasks, params.now)).await?;
         outcomes
             .pop()
             .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?
@@ -1621,8 +1619,8 @@ impl Storage for MySqlStorage {
         &self,
         params: &TaskInsertManyParams,
     ) -> Result<Vec<TaskInsertOutcome>> {
-        let payloads = crate::common::validate_many(&params.tasks)?;
-        retrying(|| self.insert_once(&params.tasks, &payloads, params.now)).await
+        crate::common::validate_many(&params.tasks)?;
+        retrying(|| self.insert_once(&params.tasks, params.now)).await
     }
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {

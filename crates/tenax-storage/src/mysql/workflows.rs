@@ -61,8 +61,7 @@ pub(super) async fn insert(
         waiting: checked.parents.iter().map(|p| p.len() as i64).collect(),
     };
     let now_at = Some(now.and_utc());
-    let outcomes =
-        insert_many(conn, &checked.tasks, &checked.payloads, now_at, Some(&rows)).await?;
+    let outcomes = insert_many(conn, &checked.tasks, now_at, Some(&rows)).await?;
     let tasks = created_tasks(params, outcomes)?;
     let mut deps = Vec::new();
     for (child, parents) in checked.parents.iter().enumerate() {

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 use tenax_core::{TaskId, TaskKind, TaskRecord, TaskStatus};
@@ -16,6 +15,7 @@ use crate::error::Result;
 use crate::params::{
     RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
 };
+use crate::StorageError;
 
 /// Rows per statement (each column is one array parameter, so this only bounds the
 /// size of one statement's arrays).
@@ -69,7 +69,7 @@ pub(super) fn number_taken(error: &crate::StorageError) -> bool {
     }
 }
 
-/// Insert `tasks` (already validated, `payloads` their parsed payloads) on `conn` and send
+/// Insert `tasks` (already validated) on `conn` and send
 /// one `NOTIFY` per queue that got a new task (it is delivered at the commit), with one
 /// statement per [`CHUNK`] of tasks: inside the caller's transaction, or, on a
 /// connection outside one, each statement its own transaction. With `workflow`,
@@ -78,7 +78,6 @@ pub(super) fn number_taken(error: &crate::StorageError) -> bool {
 pub(super) async fn insert_many(
     conn: &mut PgConnection,
     tasks: &[TaskInsertParams],
-    payloads: &[Value],
     now: Option<DateTime<Utc>>,
     workflow: Option<&WorkflowRows<'_>>,
     existing: Existing,
@@ -86,7 +85,8 @@ pub(super) async fn insert_many(
     // A plain INSERT fails whole only as one statement outside a transaction.
     debug_assert!(existing == Existing::Skip || tasks.len() <= CHUNK);
     let on_conflict = existing.clause();
-    let mut created: HashMap<String, TaskRecord> = HashMap::new();
+    // The record each item created, by position: `None` where it created none.
+    let mut created: Vec<Option<TaskRecord>> = Vec::with_capacity(tasks.len());
     for (c, chunk) in tasks.chunks(CHUNK).enumerate() {
         let range = c * CHUNK..c * CHUNK + chunk.len();
         let (workflow_id, keys, waiting): (Option<i64>, &[&str], &[i32]) = match workflow {
@@ -206,27 +206,17 @@ pub(super) async fn insert_many(
             .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;
-        // A number repeated in the call was inserted from its first occurrence.
-        let mut first: HashMap<&str, usize> = HashMap::with_capacity(chunk.len());
-        for (i, task) in chunk.iter().enumerate() {
-            first.entry(task.task_no.as_str()).or_insert(i);
-        }
-        for row in &rows {
-            let task_no: String = row.try_get("task_no").map_err(map_err)?;
-            let i = *first.get(task_no.as_str()).ok_or_else(|| {
-                crate::StorageError::Corrupt(format!("inserted task_no {task_no:?} was not sent"))
-            })?;
-            let blocked = waiting.get(i).is_some_and(|&parents| parents > 0);
-            let task = created_record(&chunk[i], row, blocked)?;
-            created.insert(task_no, task);
-        }
+        let base = created.len();
+        created.resize_with(base + chunk.len(), || None);
+        place_created(&mut created[base..], chunk, &rows, waiting)?;
     }
     // ON CONFLICT waited for any concurrent insert of these numbers to commit; this
     // statement's snapshot sees them.
     let missing: Vec<&str> = tasks
         .iter()
-        .map(|t| t.task_no.as_str())
-        .filter(|no| !created.contains_key(*no))
+        .zip(&created)
+        .filter(|(_, record)| record.is_none())
+        .map(|(t, _)| t.task_no.as_str())
         .collect();
     let mut existing = HashMap::new();
     for chunk in missing.chunks(CHUNK) {
@@ -242,7 +232,71 @@ pub(super) async fn insert_many(
             existing.insert(task.task_no.to_string(), task);
         }
     }
-    resolve_many(tasks, payloads, created, &existing)
+    resolve_many(tasks, created, &existing)
+}
+
+/// Put the records of a chunk's inserted `rows` (`id`, `task_no`, `at`) at the
+/// positions of the items that inserted them, in `created` (as long as `chunk`, all
+/// `None`). The rows come in the order of their ids, which is the order the items were
+/// given (the statement inserts `ORDER BY` the ordinality): the items are walked once,
+/// skipping those that inserted nothing (a number that exists, or a repeat of an
+/// earlier item). Should the rows come in any other order, each is placed by a lookup
+/// of its number instead: the first item of that number inserted it.
+fn place_created(
+    created: &mut [Option<TaskRecord>],
+    chunk: &[TaskInsertParams],
+    rows: &[PgRow],
+    waiting: &[i32],
+) -> Result<()> {
+    let Some(first_row) = rows.first() else {
+        return Ok(());
+    };
+    // Every row carries the same creation time: the statement's.
+    let at: DateTime<Utc> = first_row.try_get(2).map_err(map_err)?;
+    let record = |i: usize, row: &PgRow| -> Result<TaskRecord> {
+        let blocked = waiting.get(i).is_some_and(|&parents| parents > 0);
+        Ok(created_record(
+            &chunk[i],
+            row.try_get(0).map_err(map_err)?,
+            at,
+            blocked,
+        ))
+    };
+    let mut next = 0;
+    let mut in_order = true;
+    for row in rows {
+        let task_no: &str = row.try_get(1).map_err(map_err)?;
+        match chunk[next..]
+            .iter()
+            .position(|t| t.task_no.as_str() == task_no)
+        {
+            Some(skip) => {
+                let i = next + skip;
+                created[i] = Some(record(i, row)?);
+                next = i + 1;
+            }
+            None => {
+                in_order = false;
+                break;
+            }
+        }
+    }
+    if in_order {
+        return Ok(());
+    }
+    created.iter_mut().for_each(|slot| *slot = None);
+    let mut first: HashMap<&str, usize> = HashMap::with_capacity(chunk.len());
+    for (i, task) in chunk.iter().enumerate() {
+        first.entry(task.task_no.as_str()).or_insert(i);
+    }
+    for row in rows {
+        let task_no: &str = row.try_get(1).map_err(map_err)?;
+        let i = *first.get(task_no).ok_or_else(|| {
+            StorageError::Corrupt(format!("inserted task_no {task_no:?} was not sent"))
+        })?;
+        created[i] = Some(record(i, row)?);
+    }
+    Ok(())
 }
 
 /// An instant as it is sent and stored: whole microseconds, the rest cut off within its
@@ -253,18 +307,22 @@ fn stored_instant(at: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// The record of a task just inserted from `sent`: its `id` and creation time `at`
-/// from `row`, `run_at` from them as the statement computed it, `blocked` (waiting for
+/// as the database answered them, `run_at` from them as the statement computed it, `blocked` (waiting for
 /// parents) or `pending`, the rest as sent, and every column of a new task's life
 /// (attempts, lease, outcome) at its starting value.
-fn created_record(sent: &TaskInsertParams, row: &PgRow, blocked: bool) -> Result<TaskRecord> {
-    let at: DateTime<Utc> = row.try_get("at").map_err(map_err)?;
+fn created_record(
+    sent: &TaskInsertParams,
+    id: i64,
+    at: DateTime<Utc>,
+    blocked: bool,
+) -> TaskRecord {
     let run_at = match sent.run_at {
         RunAt::Now => at,
         RunAt::In(delay) => at + chrono::Duration::milliseconds(duration_ms(delay)),
         RunAt::At(run_at) => stored_instant(run_at),
     };
-    Ok(TaskRecord {
-        id: TaskId(row.try_get("id").map_err(map_err)?),
+    TaskRecord {
+        id: TaskId(id),
         task_no: sent.task_no.clone(),
         kind: TaskKind::Execute,
         parent_id: None,
@@ -294,7 +352,7 @@ fn created_record(sent: &TaskInsertParams, row: &PgRow, blocked: bool) -> Result
         finished_at: None,
         concurrency_key: sent.concurrency_key.clone(),
         concurrency_limit: sent.concurrency_limit,
-    })
+    }
 }
 
 /// Insert a task inside the caller's open transaction: the task exists if and only if
@@ -308,11 +366,10 @@ pub async fn enqueue_in(
     tx: &mut Transaction<'_, Postgres>,
     params: &TaskInsertParams,
 ) -> Result<TaskInserted> {
-    let payload = validate_insert(params)?;
+    validate_insert(params)?;
     let mut outcomes = insert_many(
         tx,
         std::slice::from_ref(params),
-        std::slice::from_ref(&payload),
         params.now,
         None,
         Existing::Skip,
@@ -330,14 +387,6 @@ pub async fn enqueue_many_in(
     tx: &mut Transaction<'_, Postgres>,
     params: &TaskInsertManyParams,
 ) -> Result<Vec<TaskInsertOutcome>> {
-    let payloads = validate_many(&params.tasks)?;
-    insert_many(
-        tx,
-        &params.tasks,
-        &payloads,
-        params.now,
-        None,
-        Existing::Skip,
-    )
-    .await
+    validate_many(&params.tasks)?;
+    insert_many(tx, &params.tasks, params.now, None, Existing::Skip).await
 }

@@ -253,7 +253,6 @@ impl PgStorage {
     async fn insert_committed(
         &self,
         tasks: &[TaskInsertParams],
-        payloads: &[serde_json::Value],
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
         self.timed(async {
@@ -271,18 +270,17 @@ impl PgStorage {
                 } else {
                     insert::Existing::Skip
                 };
-                match insert::insert_many(&mut conn, tasks, payloads, now, None, fresh).await {
+                match insert::insert_many(&mut conn, tasks, now, None, fresh).await {
                     Err(e) if insert::number_taken(&e) => {
                         let skip = insert::Existing::Skip;
-                        insert::insert_many(&mut conn, tasks, payloads, now, None, skip).await?
+                        insert::insert_many(&mut conn, tasks, now, None, skip).await?
                     }
                     other => other?,
                 }
             } else {
                 let mut tx = self.begin().await?;
                 let skip = insert::Existing::Skip;
-                let outcomes =
-                    insert::insert_many(&mut tx, tasks, payloads, now, None, skip).await?;
+                let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
                 tx.commit().await.map_err(map_err)?;
                 outcomes
             };
@@ -649,13 +647,9 @@ impl Storage for PgStorage {
     }
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
-        let payload = validate_insert(params)?;
+        validate_insert(params)?;
         let mut outcomes = self
-            .insert_committed(
-                std::slice::from_ref(params),
-                std::slice::from_ref(&payload),
-                params.now,
-            )
+            .insert_committed(std::slice::from_ref(params), params.now)
             .await?;
         outcomes
             .pop()
@@ -1063,9 +1057,8 @@ impl Storage for PgStorage {
         &self,
         params: &TaskInsertManyParams,
     ) -> Result<Vec<TaskInsertOutcome>> {
-        let payloads = crate::common::validate_many(&params.tasks)?;
-        self.insert_committed(&params.tasks, &payloads, params.now)
-            .await
+        crate::common::validate_many(&params.tasks)?;
+        self.insert_committed(&params.tasks, params.now).await
     }
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {

@@ -51,7 +51,6 @@ pub(super) async fn insert(
     let outcomes = insert_many(
         conn,
         &checked.tasks,
-        &checked.payloads,
         Some(created_at),
         Some(&rows),
         super::insert::Existing::Skip,

@@ -3,13 +3,12 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
 use tenax_core::TaskRecord;
 
 use super::rows::{task_from_row, TASK_COLUMNS};
 use super::{map_err, NOW_MS};
-use crate::common::{duration_ms, resolve_many, validate_insert, validate_many};
+use crate::common::{by_position, duration_ms, resolve_many, validate_insert, validate_many};
 use crate::error::Result;
 use crate::params::{
     RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
@@ -26,13 +25,12 @@ pub(super) struct WorkflowRows<'a> {
     pub(super) waiting: Vec<i64>,
 }
 
-/// Insert `tasks` (already validated, `payloads` their parsed payloads) on `conn`, inside
+/// Insert `tasks` (already validated) on `conn`, inside
 /// the caller's transaction; nothing is committed here. With `workflow`, the tasks
 /// belong to it: each gets its key, and one with parents waits `blocked`.
 pub(super) async fn insert_many(
     conn: &mut SqliteConnection,
     tasks: &[TaskInsertParams],
-    payloads: &[Value],
     now: Option<DateTime<Utc>>,
     workflow: Option<&WorkflowRows<'_>>,
 ) -> Result<Vec<TaskInsertOutcome>> {
@@ -114,7 +112,7 @@ pub(super) async fn insert_many(
             existing.insert(task.task_no.to_string(), task);
         }
     }
-    resolve_many(tasks, payloads, created, &existing)
+    resolve_many(tasks, by_position(tasks, created), &existing)
 }
 
 /// Insert a task inside the caller's open transaction: the task exists if and only if
@@ -126,15 +124,8 @@ pub async fn enqueue_in(
     tx: &mut Transaction<'_, Sqlite>,
     params: &TaskInsertParams,
 ) -> Result<TaskInserted> {
-    let payload = validate_insert(params)?;
-    let mut outcomes = insert_many(
-        tx,
-        std::slice::from_ref(params),
-        std::slice::from_ref(&payload),
-        params.now,
-        None,
-    )
-    .await?;
+    validate_insert(params)?;
+    let mut outcomes = insert_many(tx, std::slice::from_ref(params), params.now, None).await?;
     outcomes
         .pop()
         .ok_or_else(|| crate::StorageError::NotFound(params.task_no.to_string()))?
@@ -147,6 +138,6 @@ pub async fn enqueue_many_in(
     tx: &mut Transaction<'_, Sqlite>,
     params: &TaskInsertManyParams,
 ) -> Result<Vec<TaskInsertOutcome>> {
-    let payloads = validate_many(&params.tasks)?;
-    insert_many(tx, &params.tasks, &payloads, params.now, None).await
+    validate_many(&params.tasks)?;
+    insert_many(tx, &params.tasks, params.now, None).await
 }

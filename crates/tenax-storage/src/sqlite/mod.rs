@@ -372,11 +372,10 @@ impl SqliteStorage {
     async fn insert_committed(
         &self,
         tasks: &[TaskInsertParams],
-        payloads: &[serde_json::Value],
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
         let mut tx = self.begin().await?;
-        let outcomes = insert::insert_many(&mut tx, tasks, payloads, now, None).await?;
+        let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
         tx.commit().await.map_err(map_err)?;
         if outcomes.iter().any(TaskInsertOutcome::created) {
             self.wake();
@@ -513,13 +512,9 @@ impl Storage for SqliteStorage {
     }
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
-        let payload = validate_insert(params)?;
+        validate_insert(params)?;
         let mut outcomes = self
-            .insert_committed(
-                std::slice::from_ref(params),
-                std::slice::from_ref(&payload),
-                params.now,
-            )
+            .insert_committed(std::slice::from_ref(params), params.now)
             .await?;
         outcomes
             .pop()
@@ -1008,9 +1003,8 @@ impl Storage for SqliteStorage {
         &self,
         params: &TaskInsertManyParams,
     ) -> Result<Vec<TaskInsertOutcome>> {
-        let payloads = crate::common::validate_many(&params.tasks)?;
-        self.insert_committed(&params.tasks, &payloads, params.now)
-            .await
+        crate::common::validate_many(&params.tasks)?;
+        self.insert_committed(&params.tasks, params.now).await
     }
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
