@@ -232,6 +232,27 @@ impl BenchDb {
         }
         Ok(tasks as f64 / started.elapsed().as_secs_f64().max(1e-6))
     }
+
+    /// The client-sent multi-row insert of `tasks` in batches of `batch` (every row's
+    /// values sent as parameters); returns rows per second. PostgreSQL only: `None`
+    /// elsewhere.
+    pub(crate) async fn sent_insert_rate(
+        &self,
+        tasks: u64,
+        batch: u64,
+        prefix: &str,
+    ) -> anyhow::Result<Option<f64>> {
+        let started = Instant::now();
+        match self {
+            Self::Postgres(s) => {
+                tenax_storage::postgres::bench::raw_insert_sent(s, tasks, batch, prefix).await?
+            }
+            Self::Sqlite(_) => return Ok(None),
+        }
+        Ok(Some(
+            tasks as f64 / started.elapsed().as_secs_f64().max(1e-6),
+        ))
+    }
 }
 
 /// A `tenax worker` child process running only `NOOP`, killed when dropped.

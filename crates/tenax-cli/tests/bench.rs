@@ -75,6 +75,13 @@ fn all_subcommands(url: &str, postgres: bool) {
     positive(&enqueue, "bulk_per_s");
     positive(&enqueue, "raw_insert_per_s");
     positive(&enqueue, "bulk_to_raw");
+    // The baseline that sends its rows is PostgreSQL's alone.
+    if postgres {
+        positive(&enqueue, "sent_insert_per_s");
+        positive(&enqueue, "bulk_to_sent");
+    } else {
+        assert!(enqueue["sent_insert_per_s"].is_null(), "{enqueue}");
+    }
 
     let baseline = bench(
         url,

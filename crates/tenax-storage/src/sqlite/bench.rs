@@ -74,8 +74,8 @@ pub async fn raw_insert(
         "WITH RECURSIVE g(n) AS (SELECT ?1 UNION ALL SELECT n + 1 FROM g WHERE n < ?2)
          INSERT INTO tenax_tasks (task_no, command_type, payload, queue, priority, status,
              max_attempts, run_at, timeout_ms, created_at, updated_at, started_at, finished_at)
-         SELECT ?3 || n, 'NOOP', '{{\"order\":' || n || ',\"note\":\"bench\"}}', 'default', 0,
-                '{status}', 3, {NOW}, 30000, {NOW}, {NOW}, {finished_at}, {finished_at}
+         SELECT ?3 || n, 'NOOP', '{{\"order\":' || n || ',\"note\":\"bench\"}}', 'default', 5,
+                '{status}', 5, {NOW}, 30000, {NOW}, {NOW}, {finished_at}, {finished_at}
          FROM g"
     );
     let batch = batch.max(1);
