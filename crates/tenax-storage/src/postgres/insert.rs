@@ -237,11 +237,13 @@ pub(super) async fn insert_many(
 
 /// Put the records of a chunk's inserted `rows` (`id`, `task_no`, `at`) at the
 /// positions of the items that inserted them, in `created` (as long as `chunk`, all
-/// `None`). The rows come in the order of their ids, which is the order the items were
-/// given (the statement inserts `ORDER BY` the ordinality): the items are walked once,
-/// skipping those that inserted nothing (a number that exists, or a repeat of an
-/// earlier item). Should the rows come in any other order, each is placed by a lookup
-/// of its number instead: the first item of that number inserted it.
+/// `None`). The ids follow the order the items were given (the statement inserts
+/// `ORDER BY` the ordinality), so rows in rising id order are matched by one walk of
+/// the items, skipping those that inserted nothing (a number that exists, or a repeat
+/// of an earlier item). Should the rows come in any other order (nothing makes the
+/// final `SELECT` keep it), the walk could pair a row with a later repeat of its
+/// number; each is placed by a lookup of its number instead: the first item of that
+/// number inserted it.
 fn place_created(
     created: &mut [Option<TaskRecord>],
     chunk: &[TaskInsertParams],
@@ -253,26 +255,24 @@ fn place_created(
     };
     // Every row carries the same creation time: the statement's.
     let at: DateTime<Utc> = first_row.try_get(2).map_err(map_err)?;
-    let record = |i: usize, row: &PgRow| -> Result<TaskRecord> {
+    let record = |i: usize, id: i64| -> TaskRecord {
         let blocked = waiting.get(i).is_some_and(|&parents| parents > 0);
-        Ok(created_record(
-            &chunk[i],
-            row.try_get(0).map_err(map_err)?,
-            at,
-            blocked,
-        ))
+        created_record(&chunk[i], id, at, blocked)
     };
     let mut next = 0;
+    let mut last_id = i64::MIN;
     let mut in_order = true;
     for row in rows {
+        let id: i64 = row.try_get(0).map_err(map_err)?;
         let task_no: &str = row.try_get(1).map_err(map_err)?;
-        match chunk[next..]
+        let found = chunk[next..]
             .iter()
-            .position(|t| t.task_no.as_str() == task_no)
-        {
+            .position(|t| t.task_no.as_str() == task_no);
+        match found.filter(|_| id > last_id) {
             Some(skip) => {
+                last_id = id;
                 let i = next + skip;
-                created[i] = Some(record(i, row)?);
+                created[i] = Some(record(i, id));
                 next = i + 1;
             }
             None => {
@@ -290,11 +290,12 @@ fn place_created(
         first.entry(task.task_no.as_str()).or_insert(i);
     }
     for row in rows {
+        let id: i64 = row.try_get(0).map_err(map_err)?;
         let task_no: &str = row.try_get(1).map_err(map_err)?;
         let i = *first.get(task_no).ok_or_else(|| {
             StorageError::Corrupt(format!("inserted task_no {task_no:?} was not sent"))
         })?;
-        created[i] = Some(record(i, row)?);
+        created[i] = Some(record(i, id));
     }
     Ok(())
 }
@@ -389,4 +390,54 @@ pub async fn enqueue_many_in(
 ) -> Result<Vec<TaskInsertOutcome>> {
     validate_many(&params.tasks)?;
     insert_many(tx, &params.tasks, params.now, None, Existing::Skip).await
+}
+
+#[cfg(test)]
+#[cfg(feature = "testing")]
+mod tests {
+    use super::*;
+
+    /// Rows as the insert statement answers them (`id`, `task_no`, `at`), in the order
+    /// given, from a real server.
+    async fn rows(conn: &mut PgConnection, rows: &[(i64, &str)]) -> Vec<PgRow> {
+        let (ids, numbers): (Vec<i64>, Vec<&str>) = rows.iter().copied().unzip();
+        sqlx::query(
+            "SELECT r.id, r.task_no, now() AS at
+             FROM UNNEST($1::int8[], $2::text[]) WITH ORDINALITY AS r(id, task_no, n)
+             ORDER BY r.n",
+        )
+        .bind(&ids)
+        .bind(&numbers)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+    }
+
+    fn placed(created: &[Option<TaskRecord>]) -> Vec<Option<i64>> {
+        created.iter().map(|r| r.as_ref().map(|r| r.id.0)).collect()
+    }
+
+    /// The items `a`, `b` and a repeat of `a`: the first `a` inserted its row, and the
+    /// repeat inserted none, whatever order the rows come back in.
+    #[tokio::test]
+    async fn place_created_gives_each_row_to_the_first_item_of_its_number_in_any_order() {
+        use sqlx::Connection;
+        let Some(url) = crate::testing::url_from_env("TENAX_TEST_POSTGRES_URL") else {
+            return;
+        };
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        let item = |no: &str| crate::testing::bulk_insert::numbered(no, 0);
+        let chunk = [item("a"), item("b"), item("a")];
+        for answered in [[(10, "a"), (11, "b")], [(11, "b"), (10, "a")]] {
+            let rows = rows(&mut conn, &answered).await;
+            let mut created = vec![None, None, None];
+            place_created(&mut created, &chunk, &rows, &[]).unwrap();
+            assert_eq!(placed(&created), [Some(10), Some(11), None], "{answered:?}");
+        }
+        // A number that was not sent is a corrupt answer, not a silent drop.
+        let rows = rows(&mut conn, &[(12, "zzz")]).await;
+        let mut created = vec![None, None, None];
+        let err = place_created(&mut created, &chunk, &rows, &[]).unwrap_err();
+        assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+    }
 }
