@@ -60,8 +60,8 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<()> {
 /// allocated but the parser's buffer for escaped strings. Building the `Value` of
 /// each payload was the largest single cost of a bulk insert on the client.
 /// (`serde::de::IgnoredAny` is not enough: it skips strings and numbers without
-/// decoding them, so it lets through what `Value` refuses, and what PostgreSQL's
-/// `jsonb` refuses too.)
+/// decoding them, so it lets through what `Value` refuses, such as a lone surrogate
+/// escape, which PostgreSQL's JSON parser refuses too.)
 pub(crate) fn check_json(text: &str) -> serde_json::Result<()> {
     serde_json::from_str::<JsonChecked>(text).map(|_| ())
 }
