@@ -406,31 +406,30 @@ pub(crate) fn resolve_many(
             tasks.len()
         )));
     }
-    // Where in `out` the record of a number this call created is, for a repeat of it:
-    // built at the first item that created nothing (most calls have none).
-    let mut seen: Option<std::collections::HashMap<&str, usize>> = None;
+    // The first item of each number, for the items that created nothing (most calls
+    // have none): a number this call created was created by its first item.
+    let first: std::collections::HashMap<&str, usize> = if created.iter().any(Option::is_none) {
+        let mut first = std::collections::HashMap::with_capacity(tasks.len());
+        for (i, task) in tasks.iter().enumerate() {
+            first.entry(task.task_no.as_str()).or_insert(i);
+        }
+        first
+    } else {
+        std::collections::HashMap::new()
+    };
     let mut out: Vec<TaskInsertOutcome> = Vec::with_capacity(tasks.len());
     for (task, record) in tasks.iter().zip(created) {
         if let Some(record) = record {
-            if let Some(seen) = &mut seen {
-                seen.entry(task.task_no.as_str()).or_insert(out.len());
-            }
             out.push(TaskInsertOutcome::Created(record));
             continue;
         }
-        let seen = seen.get_or_insert_with(|| {
-            let mut seen = std::collections::HashMap::new();
-            for (j, earlier) in out.iter().enumerate() {
-                if let TaskInsertOutcome::Created(_) = earlier {
-                    seen.entry(tasks[j].task_no.as_str()).or_insert(j);
-                }
-            }
-            seen
-        });
         let no = task.task_no.as_str();
-        let stored = seen
+        let created_earlier = first
             .get(no)
-            .map(|&j| out[j].task())
+            .and_then(|&j| out.get(j))
+            .filter(|earlier| matches!(earlier, TaskInsertOutcome::Created(_)))
+            .map(TaskInsertOutcome::task);
+        let stored = created_earlier
             .or_else(|| existing.get(no))
             .cloned()
             .ok_or_else(|| StorageError::NotFound(task.task_no.to_string()))?;
