@@ -318,6 +318,58 @@ async fn complete_in(
     Ok(Some(workflows::after_finish(tx, &task, now).await?))
 }
 
+/// Complete, inside `tx`, the plain tasks among `items` (neither a workflow's task nor
+/// a compensation) whose lease still holds, each at `at(item)`, and close their
+/// attempts: two statements for the whole batch. Returns the leases that landed; the
+/// other items are left untouched.
+async fn complete_plain_in(
+    tx: &mut Transaction<'static, Sqlite>,
+    items: &[&TaskCompleteParams],
+    at: impl Fn(&TaskCompleteParams) -> i64,
+) -> Result<std::collections::HashSet<(i64, i64)>> {
+    if items.is_empty() {
+        return Ok(std::collections::HashSet::new());
+    }
+    // [[id, epoch, result, at], ...]: the result is JSON text, carried as a string.
+    let batch = json_list(
+        &items
+            .iter()
+            .map(|p| (p.lease.id.0, p.lease.epoch, p.result.as_deref(), at(p)))
+            .collect::<Vec<_>>(),
+    );
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
+        "UPDATE tenax_tasks
+         SET status = 'succeeded', result = b.result, finished_at = b.at, updated_at = b.at,
+             lease_owner = NULL, lease_expires_at = NULL
+         FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch,
+                      json_extract(value, '$[2]') AS result, json_extract(value, '$[3]') AS at
+               FROM json_each(?1)) AS b
+         WHERE tenax_tasks.id = b.id AND tenax_tasks.lease_epoch = b.epoch
+           AND tenax_tasks.status = 'running' AND tenax_tasks.kind = 'execute'
+           AND tenax_tasks.workflow_id IS NULL
+         RETURNING id, lease_epoch, finished_at",
+    )
+    .bind(&batch)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    if !rows.is_empty() {
+        sqlx::query(
+            "UPDATE tenax_attempts
+             SET finished_at = json_extract(d.value, '$[2]'), outcome = 'succeeded', error = NULL
+             FROM json_each(?1) AS d
+             WHERE tenax_attempts.task_id = json_extract(d.value, '$[0]')
+               AND tenax_attempts.epoch = json_extract(d.value, '$[1]')
+               AND tenax_attempts.outcome = 'running'",
+        )
+        .bind(json_list(&rows))
+        .execute(&mut **tx)
+        .await
+        .map_err(map_err)?;
+    }
+    Ok(rows.into_iter().map(|(id, epoch, _)| (id, epoch)).collect())
+}
+
 async fn close_attempt(
     tx: &mut Transaction<'static, Sqlite>,
     lease: Lease,
@@ -452,17 +504,25 @@ impl SqliteStorage {
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-        sqlx::query(
-            "DELETE FROM tenax_attempts
-             WHERE task_id IN (SELECT value FROM json_each(?1))
-               AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
-                             WHERE t.id = tenax_attempts.task_id) - ?2",
-        )
-        .bind(&ids)
-        .bind(ATTEMPT_HISTORY_LEN)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        // Only a task past its first ATTEMPT_HISTORY_LEN epochs has attempts to drop.
+        let long: Vec<i64> = tasks
+            .iter()
+            .filter(|t| t.lease_epoch > ATTEMPT_HISTORY_LEN)
+            .map(|t| t.id.0)
+            .collect();
+        if !long.is_empty() {
+            sqlx::query(
+                "DELETE FROM tenax_attempts
+                 WHERE task_id IN (SELECT value FROM json_each(?1))
+                   AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
+                                 WHERE t.id = tenax_attempts.task_id) - ?2",
+            )
+            .bind(json_list(&long))
+            .bind(ATTEMPT_HISTORY_LEN)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
         tx.commit().await.map_err(map_err)?;
         sort_in_claim_order(&mut tasks);
         Ok(tasks)
@@ -1079,25 +1139,32 @@ impl Storage for SqliteStorage {
             return Ok(Vec::new());
         }
         let repeated = crate::common::repeated_leases(params);
-        // One `BEGIN IMMEDIATE` (one fsync) for the batch; each statement is prepared
-        // once per connection and run per item. Workflow tasks and compensations are
-        // completed here too: the single writer holds no row another writer waits for.
+        // One `BEGIN IMMEDIATE` (one fsync) for the batch. The plain tasks take two
+        // statements for the whole batch; a workflow task or a compensation, and a
+        // lease that no longer holds, take the one-task path after them, in the same
+        // transaction: the single writer holds no row another writer waits for.
         let mut tx = self.begin().await?;
         let db_now = clock(&mut tx, None).await?;
+        let at = |item: &TaskCompleteParams| item.now.map_or(db_now, |at| at.timestamp_millis());
+        let first: Vec<&TaskCompleteParams> = params
+            .iter()
+            .zip(&repeated)
+            .filter(|(_, repeated)| !**repeated)
+            .map(|(item, _)| item)
+            .collect();
+        let plain = complete_plain_in(&mut tx, &first, at).await?;
         let mut landed = Vec::with_capacity(params.len());
         let mut woke = false;
         for (item, repeated) in params.iter().zip(repeated) {
             if repeated {
                 landed.push(BatchCompletion::Lost);
-                continue;
-            }
-            let now = item.now.map_or(db_now, |at| at.timestamp_millis());
-            match complete_in(&mut tx, item, now).await? {
-                Some(w) => {
-                    woke |= w;
-                    landed.push(BatchCompletion::Landed);
-                }
-                None => landed.push(BatchCompletion::Lost),
+            } else if plain.contains(&(item.lease.id.0, item.lease.epoch)) {
+                landed.push(BatchCompletion::Landed);
+            } else if let Some(w) = complete_in(&mut tx, item, at(item)).await? {
+                woke |= w;
+                landed.push(BatchCompletion::Landed);
+            } else {
+                landed.push(BatchCompletion::Lost);
             }
         }
         tx.commit().await.map_err(map_err)?;

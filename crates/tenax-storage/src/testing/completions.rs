@@ -264,3 +264,58 @@ pub async fn a_completion_batch_runs_workflow_and_compensation_effects(h: &Harne
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0].id, child);
 }
+
+/// Each item of a batch stores its own result byte for byte (none, quotes, escapes,
+/// non-ASCII, text that is not JSON) and finishes at its own time, task and attempt
+/// alike.
+pub async fn a_completion_batch_stores_each_result_exactly_at_each_items_time(h: &Harness) {
+    let results: [Option<&str>; 5] = [
+        None,
+        Some(r#""quote \" backslash \\ tab \t é 😀""#),
+        Some(r#"{"big":12345678901234567890,"nested":{"list":[1,2.5e300,-0.0,null]}}"#),
+        Some("not json at all: ' \" \\ [1,"),
+        Some(""),
+    ];
+    for _ in &results {
+        h.task(TaskOpts::default()).await;
+    }
+    let claimed = h.claim("w1", 10, None).await;
+    assert_eq!(claimed.len(), results.len());
+    let now = h.storage.now().await.unwrap();
+    let batch: Vec<TaskCompleteParams> = claimed
+        .iter()
+        .zip(results)
+        .enumerate()
+        .map(|(i, (task, result))| TaskCompleteParams {
+            lease: lease(task),
+            result: result.map(str::to_owned),
+            compensation: CompensationState::Succeeded,
+            // The first at the database's clock, the others each at its own time.
+            now: (i > 0).then(|| now + chrono::Duration::seconds(i as i64 * 7)),
+        })
+        .collect();
+    let landed = h
+        .storage
+        .task_complete_many_if_leased(&batch)
+        .await
+        .unwrap();
+    assert_eq!(landed, vec![BatchCompletion::Landed; batch.len()]);
+    for item in &batch {
+        let task = get(h, item.lease.id).await;
+        assert_eq!(task.status, TaskStatus::Succeeded);
+        assert_eq!(task.result, item.result, "stored exactly");
+        let finished = task.finished_at.expect("finished").timestamp_millis();
+        let attempts = h.storage.task_attempts(item.lease.id).await.unwrap();
+        let attempt = attempts.last().expect("an attempt");
+        assert_eq!(attempt.outcome, AttemptOutcome::Succeeded);
+        assert_eq!(
+            attempt.finished_at.map(|at| at.timestamp_millis()),
+            Some(finished),
+            "the attempt closes when its task finished"
+        );
+        match item.now {
+            Some(at) => assert_eq!(finished, at.timestamp_millis()),
+            None => assert!((finished - now.timestamp_millis()).abs() < 60_000),
+        }
+    }
+}

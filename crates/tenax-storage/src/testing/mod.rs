@@ -328,6 +328,7 @@ macro_rules! conformance_tests {
                 a_completion_batch_lands_exactly_where_the_lease_holds,
                 an_empty_or_oversized_completion_batch_writes_nothing,
                 a_completion_batch_runs_workflow_and_compensation_effects,
+                a_completion_batch_stores_each_result_exactly_at_each_items_time,
                 due_count_counts_due_tasks_of_one_type_up_to_a_limit,
                 task_events_are_written_for_covered_tasks_in_the_transition_transaction,
                 event_listing_filters_and_resumes_by_position,
