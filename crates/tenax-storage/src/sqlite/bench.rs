@@ -96,8 +96,10 @@ pub async fn raw_insert(
     Ok(())
 }
 
-/// Drain the due tasks with one loop of claim `batch` (one commit, attempt opened) +
-/// complete `batch` (one commit, attempt closed). Returns the tasks finished.
+/// Drain the due tasks with one loop of claim `batch` (one commit, attempts opened) +
+/// complete `batch` (one commit, attempts closed), each step one statement per table
+/// for the whole batch, as `L2` of the database's own limits. Returns the tasks
+/// finished.
 pub async fn raw_drain(storage: &SqliteStorage, batch: u32) -> Result<u64> {
     let claim = format!(
         "UPDATE tenax_tasks
@@ -110,61 +112,58 @@ pub async fn raw_drain(storage: &SqliteStorage, batch: u32) -> Result<u64> {
                       ORDER BY run_at - priority * 60000, id LIMIT ?1)
          RETURNING id, lease_epoch, attempt"
     );
+    let open = format!(
+        "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                json_extract(value, '$[2]'), 'baseline', {NOW}, 'running'
+         FROM json_each(?1)"
+    );
+    let complete = format!(
+        "UPDATE tenax_tasks
+         SET status = 'succeeded', result = 'null', finished_at = {NOW},
+             updated_at = {NOW}, lease_owner = NULL, lease_expires_at = NULL
+         FROM json_each(?1) AS l
+         WHERE tenax_tasks.id = json_extract(l.value, '$[0]') AND tenax_tasks.status = 'running'
+           AND tenax_tasks.lease_epoch = json_extract(l.value, '$[1]')"
+    );
+    let close = format!(
+        "UPDATE tenax_attempts SET finished_at = {NOW}, outcome = 'succeeded'
+         FROM json_each(?1) AS l
+         WHERE tenax_attempts.task_id = json_extract(l.value, '$[0]')
+           AND tenax_attempts.epoch = json_extract(l.value, '$[1]')"
+    );
     let mut done = 0;
     loop {
         let mut tx = storage.begin().await?;
-        let rows = sqlx::query(&claim)
+        let leases: Vec<(i64, i64, i64)> = sqlx::query_as(&claim)
             .bind(i64::from(batch))
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
-        let mut leases = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let (id, epoch, attempt): (i64, i64, i64) = (
-                row.try_get(0).map_err(map_err)?,
-                row.try_get(1).map_err(map_err)?,
-                row.try_get(2).map_err(map_err)?,
-            );
-            sqlx::query(&format!(
-                "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
-                 VALUES (?1, ?2, ?3, 'baseline', {NOW}, 'running')"
-            ))
-            .bind(id)
-            .bind(epoch)
-            .bind(attempt)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            leases.push((id, epoch));
-        }
-        tx.commit().await.map_err(map_err)?;
         if leases.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
             return Ok(done);
         }
-        let mut tx = storage.begin().await?;
-        for (id, epoch) in &leases {
-            sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = 'succeeded', result = 'null', finished_at = {NOW},
-                     updated_at = {NOW}, lease_owner = NULL, lease_expires_at = NULL
-                 WHERE id = ?1 AND status = 'running' AND lease_epoch = ?2"
-            ))
-            .bind(id)
-            .bind(epoch)
+        let leases = crate::common::json_list(&leases);
+        sqlx::query(&open)
+            .bind(&leases)
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-            sqlx::query(&format!(
-                "UPDATE tenax_attempts SET finished_at = {NOW}, outcome = 'succeeded'
-                 WHERE task_id = ?1 AND epoch = ?2"
-            ))
-            .bind(id)
-            .bind(epoch)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
         tx.commit().await.map_err(map_err)?;
-        done += leases.len() as u64;
+        let mut tx = storage.begin().await?;
+        let finished = sqlx::query(&complete)
+            .bind(&leases)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        sqlx::query(&close)
+            .bind(&leases)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        done += finished;
     }
 }
