@@ -62,3 +62,58 @@ async fn a_node_of_the_previous_version_starts_on_a_database_a_newer_node_migrat
     older.migrate().await.expect("the older node keeps working");
     assert_eq!(older.stats().await.unwrap().total(), 0);
 }
+
+/// The write transactions of one storage queue for its writer connection in memory:
+/// with no busy timeout at all, many concurrent writers still never meet
+/// `SQLITE_BUSY` (each would without that queue, as two connections of one pool
+/// contend for SQLite's write lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_of_one_storage_queue_in_memory_not_on_the_busy_handler() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let storage = SqliteStorage::connect_with(
+        &url,
+        &SqliteConfig {
+            busy_timeout: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    storage.migrate().await.unwrap();
+    let storage = std::sync::Arc::new(storage);
+    let writers = (0..64).map(|i| {
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            storage
+                .task_insert(&tenax_storage::TaskInsertParams {
+                    task_no: tenax_core::TaskNo::new(format!("W-{i}")).unwrap(),
+                    command_type: "WRITE".into(),
+                    payload: "{}".into(),
+                    payload_version: 1,
+                    queue: "default".into(),
+                    priority: tenax_core::Priority::new(5).unwrap(),
+                    max_attempts: 5,
+                    timeout: std::time::Duration::from_secs(60),
+                    run_at: tenax_storage::RunAt::Now,
+                    now: None,
+                    concurrency_key: None,
+                    concurrency_limit: 1,
+                    callback_url: None,
+                })
+                .await
+        })
+    });
+    let mut failed = Vec::new();
+    for writer in writers.collect::<Vec<_>>() {
+        if let Err(e) = writer.await.unwrap() {
+            failed.push(e.to_string());
+        }
+    }
+    assert!(failed.is_empty(), "writers failed: {failed:?}");
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tenax_tasks")
+        .fetch_one(storage.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, 64);
+}

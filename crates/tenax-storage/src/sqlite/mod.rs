@@ -5,8 +5,9 @@
 //!   power loss (never on a process crash); it is only used when chosen explicitly.
 //! - Every write is one `BEGIN IMMEDIATE` transaction: SQLite takes the write lock at
 //!   the start, so a transaction never has to upgrade a read snapshot (which fails with
-//!   `SQLITE_BUSY_SNAPSHOT` and is not retried by the busy handler). Writers queue on the
-//!   `busy_timeout`.
+//!   `SQLITE_BUSY_SNAPSHOT` and is not retried by the busy handler). A storage runs its
+//!   write transactions on one connection of their own, so its writers queue in memory
+//!   and in order; writers of other processes queue on the `busy_timeout`.
 //! - Times are INTEGER milliseconds since the Unix epoch, UTC, taken from SQLite's clock
 //!   (`unixepoch('subsec')`) inside the transaction that uses them.
 //! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
@@ -92,9 +93,13 @@ pub enum Synchronous {
 pub struct SqliteConfig {
     /// Durability of commits. Defaults to [`Synchronous::Full`].
     pub synchronous: Synchronous,
-    /// How long a writer waits for the write lock. Defaults to 10 seconds.
+    /// How long a writer waits for the write lock held by another process (or by a
+    /// connection of [`SqliteStorage::pool`]). Defaults to 10 seconds. This storage's
+    /// own write transactions queue for its writer connection first, for at most this
+    /// long plus 5 seconds.
     pub busy_timeout: Duration,
-    /// Pooled connections. Defaults to 8.
+    /// Pooled connections for reads and for callers of [`SqliteStorage::pool`].
+    /// Defaults to 8. Write transactions take one more connection of their own.
     pub max_connections: u32,
 }
 
@@ -112,6 +117,10 @@ impl Default for SqliteConfig {
 #[derive(Debug, Clone)]
 pub struct SqliteStorage {
     pool: SqlitePool,
+    /// One connection for this process's write transactions: its writers queue for it
+    /// in memory, in order, instead of on SQLite's busy handler, which polls the lock
+    /// with sleeps of 1 ms and more and leaves it idle between them.
+    writer: SqlitePool,
     wake: watch::Sender<u64>,
 }
 
@@ -144,11 +153,17 @@ impl SqliteStorage {
         let pool = crate::pool::options()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(config.busy_timeout + Duration::from_secs(5))
+            .connect_with(options.clone())
+            .await
+            .map_err(map_err)?;
+        let writer = crate::pool::options()
+            .max_connections(1)
+            .acquire_timeout(config.busy_timeout + Duration::from_secs(5))
             .connect_with(options)
             .await
             .map_err(map_err)?;
         let (wake, _) = watch::channel(0);
-        Ok(Self { pool, wake })
+        Ok(Self { pool, writer, wake })
     }
 
     /// The connection pool, for callers that share the database (and for tests that
@@ -162,7 +177,7 @@ impl SqliteStorage {
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
-        self.pool
+        self.writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(map_err)
