@@ -112,11 +112,18 @@ fn registry(backend: &Backend, command: FlakyPost) -> Registry {
     registry
 }
 
+/// What [`run`] leaves: the ledger, a client, the settled task, the ledger's rows, and
+/// the database's directory (SQLite), which must outlive every use of the client.
+type Ran = (
+    Backend,
+    Client,
+    TaskRecord,
+    Vec<(String, i64)>,
+    Option<tempfile::TempDir>,
+);
+
 /// Run `command` on one posting until its task (and compensation) finished.
-async fn run(
-    backend: &str,
-    command: FlakyPost,
-) -> Option<(Backend, Client, TaskRecord, Vec<(String, i64)>)> {
+async fn run(backend: &str, command: FlakyPost) -> Option<Ran> {
     let (url, guard) = common::fresh(backend).await?;
     let ledger = Backend::open(&url).await.unwrap();
     let client = Client::new(ledger.storage());
@@ -156,8 +163,7 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let rows = ledger.ledger().await.unwrap();
-    drop(guard);
-    Some((ledger, client, done, rows))
+    Some((ledger, client, done, rows, guard))
 }
 
 async fn retried_errors_leave_only_the_successful_attempts_row(backend: &str) {
@@ -165,7 +171,7 @@ async fn retried_errors_leave_only_the_successful_attempts_row(backend: &str) {
         failures: 2,
         permanent: false,
     };
-    let Some((_ledger, client, done, rows)) = run(backend, command).await else {
+    let Some((_ledger, client, done, rows, _dir)) = run(backend, command).await else {
         return;
     };
     assert_eq!(done.status, TaskStatus::Succeeded);
@@ -189,7 +195,7 @@ async fn a_permanent_error_leaves_nothing_and_the_compensation_commits_its_own(b
         failures: 0,
         permanent: true,
     };
-    let Some((_ledger, _client, done, rows)) = run(backend, command).await else {
+    let Some((_ledger, _client, done, rows, _dir)) = run(backend, command).await else {
         return;
     };
     assert_eq!(done.status, TaskStatus::Dead);
