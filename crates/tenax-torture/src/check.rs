@@ -116,17 +116,32 @@ fn paused_between(pid: i32, from: i64, to: i64, faults: &[Fault]) -> bool {
     })
 }
 
+/// The longest a pool keeps retrying a connection after the database is back, µs: the
+/// cap of sqlx's reconnect sleep, a fifth of the default acquire timeout of 10 s.
+const RECONNECT_GRACE_US: i64 = 2_000_000;
+
 /// Whether a fault that may make a worker lose a lease hit in `[from, to]`.
 ///
 /// Database restarts and proxy faults hit every worker. So does a pause: a process
 /// stopped inside a write transaction keeps its locks (SQLite's single writer lock, or
 /// PostgreSQL and MariaDB row locks) for the whole pause, so other workers' writes wait,
 /// their leases can expire meanwhile, and their finished work is then re-run.
+///
+/// A database restart reaches past its end: a connection asked for while the server
+/// was down is retried by the pool with a doubling sleep, up to a fifth of the pool's
+/// acquire timeout (sqlx), so a worker may wait that long after the server is back for
+/// the connection that writes an outcome or renews a lease. Its effect is counted until
+/// [`RECONNECT_GRACE_US`] after the restart ended.
 fn explaining_fault(prev: &Exec, from: i64, to: i64, faults: &[Fault]) -> bool {
     faults.iter().any(|f| {
         let hits_prev = f.pid == Some(prev.pid);
         let global = f.pid.is_none() || f.kind == "pause";
-        let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us) >= from;
+        let grace = if f.kind == "db_restart" {
+            RECONNECT_GRACE_US
+        } else {
+            0
+        };
+        let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us) + grace >= from;
         // A clock jump or a killed enqueuer must never make a worker lose a lease.
         let explains = !matches!(
             f.kind.as_str(),
@@ -394,4 +409,67 @@ async fn history_check(
         f.offend(format!("history of {no}/{kind}: {}", bad.join("; ")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec(pid: i32, start_us: i64) -> Exec {
+        Exec {
+            task_no: "t".into(),
+            kind: "execute".into(),
+            attempt: 1,
+            epoch: 1,
+            pid,
+            start_us,
+            end_us: Some(start_us + 160_000),
+            outcome: Some("succeeded".into()),
+        }
+    }
+
+    fn restart(at_us: i64, until_us: i64) -> Fault {
+        Fault {
+            at_us,
+            until_us: Some(until_us),
+            kind: "db_restart".into(),
+            pid: None,
+            detail: None,
+        }
+    }
+
+    /// Seen on MariaDB: an execution claimed 90 ms after the server came back, whose
+    /// outcome then waited 1.3 s for a connection the pool was still retrying, so its
+    /// lease expired and the task ran again.
+    #[test]
+    fn a_restart_explains_a_rerun_of_work_started_while_the_pool_reconnects() {
+        let faults = [restart(0, 1_540_000)];
+        let prev = exec(7, 1_630_000);
+        assert!(explaining_fault(&prev, prev.start_us, 2_700_000, &faults));
+    }
+
+    #[test]
+    fn a_restart_does_not_explain_a_rerun_of_work_started_after_the_pool_is_back() {
+        let faults = [restart(0, 1_540_000)];
+        let prev = exec(7, 1_540_000 + RECONNECT_GRACE_US + 1);
+        assert!(!explaining_fault(
+            &prev,
+            prev.start_us,
+            prev.start_us + 1_100_000,
+            &faults
+        ));
+    }
+
+    #[test]
+    fn a_kill_of_another_process_explains_nothing() {
+        let faults = [Fault {
+            at_us: 1_000_000,
+            until_us: None,
+            kind: "kill".into(),
+            pid: Some(8),
+            detail: None,
+        }];
+        let prev = exec(7, 900_000);
+        assert!(!explaining_fault(&prev, prev.start_us, 2_000_000, &faults));
+    }
 }
