@@ -439,8 +439,8 @@ mod tests {
     }
 
     /// Seen on MariaDB: an execution claimed 90 ms after the server came back, whose
-    /// outcome then waited 1.3 s for a connection the pool was still retrying, so its
-    /// lease expired and the task ran again.
+    /// outcome then waited 0.9 s behind a connection the pool was still retrying (its
+    /// last sleep 1.28 s), so its lease expired and the task ran again.
     #[test]
     fn a_restart_explains_a_rerun_of_work_started_while_the_pool_reconnects() {
         let faults = [restart(0, 1_540_000)];
