@@ -116,9 +116,15 @@ fn paused_between(pid: i32, from: i64, to: i64, faults: &[Fault]) -> bool {
     })
 }
 
-/// The longest a pool keeps retrying a connection after the database is back, µs: the
-/// cap of sqlx's reconnect sleep, a fifth of the default acquire timeout of 10 s.
-const RECONNECT_GRACE_US: i64 = 2_000_000;
+/// The longest a worker's pool keeps sleeping between connection attempts after the
+/// database is back, µs: the cap of sqlx's reconnect sleep, a fifth of the pool's
+/// acquire timeout (the backends' default, which the workers run with).
+fn reconnect_grace_us() -> i64 {
+    let acquire = tenax::storage::postgres::PgConfig::default()
+        .acquire_timeout
+        .max(tenax::storage::mysql::MySqlConfig::default().acquire_timeout);
+    i64::try_from((acquire / 5).as_micros()).unwrap_or(i64::MAX)
+}
 
 /// Whether a fault that may make a worker lose a lease hit in `[from, to]`.
 ///
@@ -131,17 +137,17 @@ const RECONNECT_GRACE_US: i64 = 2_000_000;
 /// was down is retried by the pool with a doubling sleep, up to a fifth of the pool's
 /// acquire timeout (sqlx), so a worker may wait that long after the server is back for
 /// the connection that writes an outcome or renews a lease. Its effect is counted until
-/// [`RECONNECT_GRACE_US`] after the restart ended.
+/// [`reconnect_grace_us`] after the restart ended.
 fn explaining_fault(prev: &Exec, from: i64, to: i64, faults: &[Fault]) -> bool {
     faults.iter().any(|f| {
         let hits_prev = f.pid == Some(prev.pid);
         let global = f.pid.is_none() || f.kind == "pause";
         let grace = if f.kind == "db_restart" {
-            RECONNECT_GRACE_US
+            reconnect_grace_us()
         } else {
             0
         };
-        let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us) + grace >= from;
+        let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us).saturating_add(grace) >= from;
         // A clock jump or a killed enqueuer must never make a worker lose a lease.
         let explains = !matches!(
             f.kind.as_str(),
@@ -451,7 +457,7 @@ mod tests {
     #[test]
     fn a_restart_does_not_explain_a_rerun_of_work_started_after_the_pool_is_back() {
         let faults = [restart(0, 1_540_000)];
-        let prev = exec(7, 1_540_000 + RECONNECT_GRACE_US + 1);
+        let prev = exec(7, 1_540_000 + reconnect_grace_us() + 1);
         assert!(!explaining_fault(
             &prev,
             prev.start_us,
