@@ -81,6 +81,7 @@ pub(crate) struct WorkerFile {
     pub(crate) queues: Option<Vec<String>>,
     pub(crate) concurrency: Option<u32>,
     pub(crate) claim_batch: Option<u32>,
+    pub(crate) prefetch: Option<u32>,
     pub(crate) complete_batch: Option<u32>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) batch_linger: Option<Duration>,
@@ -178,18 +179,25 @@ fn worker_reference() -> Vec<Key> {
             "Most tasks claimed in one statement.",
         ),
         key(
+            "worker.prefetch",
+            "",
+            "",
+            "concurrency, at most claim_batch".to_owned(),
+            "Claimed tasks held ready beyond the running ones (leased, renewed and counted by every limit as running; handed back at once on a graceful stop); `0` turns the buffer off.",
+        ),
+        key(
             "worker.complete_batch",
             "",
             "",
             d.complete_batch.to_string(),
-            "Most successes written in one completion transaction.",
+            "Most successes written in one completion transaction, and the most outcomes a worker holds decided but not yet committed: a handler that returns frees its slot at once while fewer wait.",
         ),
         key(
             "worker.batch_linger",
             "",
             "",
             humantime::format_duration(d.batch_linger).to_string(),
-            "How long a success may wait for others to share its completion transaction, and how long a busy worker waits for half its slots to free before it claims; `0s` turns both off. A task counts as done only after its completion committed.",
+            "How long a success may wait for others to share its completion transaction, and, with the buffer off, how long a busy worker waits for half its slots to free before it claims; `0s` turns both off. An outcome is reported only after its completion committed.",
         ),
         key(
             "worker.poll_interval",
@@ -337,6 +345,7 @@ pub(crate) fn worker_config(
         queues: queues.or_else(|| file.queues.clone()).unwrap_or(d.queues),
         concurrency,
         claim_batch: file.claim_batch.unwrap_or(d.claim_batch),
+        prefetch: file.prefetch.or(d.prefetch),
         complete_batch: file.complete_batch.unwrap_or(d.complete_batch),
         batch_linger: file.batch_linger.unwrap_or(d.batch_linger),
         poll_interval: poll_interval

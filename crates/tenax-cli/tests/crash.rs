@@ -16,13 +16,25 @@ fn tenax() -> Command {
 
 /// A worker process with a 1 s lease, recording every execution in the ledger.
 fn spawn_worker(db: &str, ledger: &Path, latency: &str) -> Child {
-    tenax()
+    spawn_worker_in(tenax(), db, ledger, latency, "1s")
+}
+
+/// A worker process run by `tenax` (with whatever global flags it holds), with lease
+/// `lease_ttl`, recording every execution in the ledger.
+fn spawn_worker_in(
+    mut tenax: Command,
+    db: &str,
+    ledger: &Path,
+    latency: &str,
+    lease_ttl: &str,
+) -> Child {
+    tenax
         .args([
             "--database-url",
             db,
             "worker",
             "--lease-ttl",
-            "1s",
+            lease_ttl,
             "--poll-interval",
             "50ms",
         ])
@@ -251,4 +263,97 @@ async fn a_kill_before_the_completion_batch_commits_repeats_the_execution_and_lo
     let report = s.ledger.check().await.unwrap();
     assert!(report.is_clean(), "{report:#?}");
     assert_eq!(report.executions, 2, "the execution ran again");
+}
+
+/// A worker with one place for an uncommitted outcome, two slots and a buffer of two,
+/// killed while its completions cannot commit: one handler's outcome waits uncommitted,
+/// two finished handlers hold their slots for want of a place, and a claimed task
+/// waits in the buffer. Nothing is lost: every task succeeds once in the database. The
+/// kill repeats only executions whose outcomes had not committed, at most
+/// `concurrency + complete_batch` of them, and never two at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_with_a_buffer_and_uncommitted_outcomes_loses_nothing_and_repeats_within_the_bound()
+{
+    use tenax::sqlx::Connection;
+
+    const TASKS: usize = 8;
+    const CONCURRENCY: usize = 2;
+    const COMPLETE_BATCH: usize = 1;
+    let s = setup().await;
+    let config = s._dir.path().join("tenax.toml");
+    std::fs::write(
+        &config,
+        format!("[worker]\nconcurrency = {CONCURRENCY}\nprefetch = 2\ncomplete_batch = {COMPLETE_BATCH}\n"),
+    )
+    .unwrap();
+    for i in 0..TASKS {
+        enqueue(&s.db, &format!("ACC-B{i}"), "12345678901234567");
+    }
+    let mut with_config = tenax();
+    with_config.arg("--config").arg(&config);
+    let mut first = spawn_worker_in(with_config, &s.db, &s.ledger_path, "300ms", "4s");
+    let running = || async {
+        s.client
+            .list(&tenax::storage::TaskListParams {
+                status: Some(TaskStatus::Running),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .len()
+    };
+    wait_for("two tasks run and two are buffered", || async {
+        (running().await == 4).then_some(())
+    })
+    .await;
+    // From now on nothing the first worker writes can commit.
+    let mut lock = tenax::sqlx::SqliteConnection::connect(&s.db).await.unwrap();
+    tenax::sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    // Two handlers return: one outcome takes the only place and frees its slot, so a
+    // buffered task starts and returns too; the other two hold their slots.
+    wait_for("three handlers return", || async {
+        let e = s.ledger.executions().await.unwrap();
+        (e.iter()
+            .filter(|e| e.outcome.as_deref() == Some("succeeded"))
+            .count()
+            == 3)
+            .then_some(())
+    })
+    .await;
+    kill(&mut first, &s.ledger).await;
+    tenax::sqlx::query("COMMIT")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    assert_eq!(
+        running().await,
+        4,
+        "nothing the first worker did was written"
+    );
+    let mut second = spawn_worker(&s.db, &s.ledger_path, "20ms");
+    for i in 0..TASKS {
+        let no = TaskRef::No(TaskNo::new(format!("ACC-B{i}")).unwrap());
+        wait_for("a new worker finishes every task", || async {
+            s.client
+                .get(&no)
+                .await
+                .unwrap()
+                .filter(|t| t.status == TaskStatus::Succeeded)
+        })
+        .await;
+    }
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let report = s.ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    let repeats = report.executions - TASKS;
+    assert_eq!(
+        repeats, 3,
+        "each returned handler ran again, the buffered task once"
+    );
+    assert!(repeats <= CONCURRENCY + COMPLETE_BATCH);
 }

@@ -17,12 +17,23 @@ pub struct WorkerConfig {
     /// Tasks run at once. Defaults to [`WorkerConfig::CONCURRENCY_DEFAULT`] (10).
     pub concurrency: u32,
     /// Most tasks claimed in one statement. Defaults to
-    /// [`WorkerConfig::CLAIM_BATCH_DEFAULT`] (100). A claim takes at most the free slots,
-    /// so this bounds claims only at a concurrency above it.
+    /// [`WorkerConfig::CLAIM_BATCH_DEFAULT`] (100). A claim takes at most the free slots
+    /// plus the room left in the prefetch buffer.
     pub claim_batch: u32,
+    /// Claimed tasks held ready beyond the running ones, so that a freed slot starts its
+    /// next task without a round trip to the database. Buffered tasks are leased,
+    /// renewed and counted by every limit as running; a graceful stop hands them back
+    /// at once, with their attempts refunded. `None` (the default) buffers as many as
+    /// `concurrency`, at most `claim_batch`; `Some(0)` turns the buffer off. A task
+    /// enqueued while the buffer is full waits, at most, for the buffered tasks to
+    /// start: about one handler's running time at the default size (see
+    /// [`WorkerConfig::prefetch_size`]).
+    pub prefetch: Option<u32>,
     /// Most successful outcomes written in one completion batch (one transaction).
-    /// Defaults to [`WorkerConfig::COMPLETE_BATCH_DEFAULT`] (100); at most
-    /// [`tenax_storage::COMPLETE_MANY_MAX`].
+    /// Also the most outcomes a worker holds decided but not yet committed: a handler
+    /// that returns frees its slot at once while fewer are waiting, and keeps it until
+    /// one commits otherwise. Defaults to [`WorkerConfig::COMPLETE_BATCH_DEFAULT`]
+    /// (100); at most [`tenax_storage::COMPLETE_MANY_MAX`].
     pub complete_batch: u32,
     /// How long a finished handler's success may wait for others to share its
     /// completion batch; the batch is written sooner when it is full or when every
@@ -30,8 +41,8 @@ pub struct WorkerConfig {
     /// the claim loop waits for half the slots (or a claim batch) to free before it
     /// claims; an idle worker claims at once. Zero turns both off: each success is
     /// written by its own transaction and a freed slot is claimed for at once. Either
-    /// way a task counts as done (its slot freed, its outcome reported) only after the
-    /// transaction holding its completion committed. Defaults to
+    /// way a task's outcome is reported (hooks' metrics, the written result) only after
+    /// the transaction holding its completion committed. Defaults to
     /// [`WorkerConfig::BATCH_LINGER_DEFAULT`] (2 ms).
     pub batch_linger: Duration,
     /// Wait between claims when idle (a wake-up may end it sooner). Defaults to
@@ -152,6 +163,14 @@ impl WorkerConfig {
                 tenax_storage::COMPLETE_MANY_MAX
             ));
         }
+        if let Some(prefetch) = self.prefetch {
+            if prefetch > self.claim_batch {
+                return err(format!(
+                    "prefetch ({prefetch}) must be at most the claim batch ({})",
+                    self.claim_batch
+                ));
+            }
+        }
         if self.batch_linger >= self.fence_margin {
             return err(format!(
                 "batch linger ({:?}) must be shorter than the fence margin ({:?})",
@@ -212,6 +231,21 @@ impl WorkerConfig {
         Ok(())
     }
 
+    /// How many claimed tasks the worker buffers beyond its running ones:
+    /// [`WorkerConfig::prefetch`], or by default `concurrency`, at most `claim_batch`.
+    ///
+    /// The buffer is refilled when half empty, by one claim of the free slots plus its
+    /// room, so a worker holds at most `concurrency + prefetch_size()` tasks. Priority
+    /// still holds across the buffer's refills: a task of priority 9 enqueued just after
+    /// a refill starts once the buffered tasks ahead of it have started, that is after
+    /// at most `prefetch_size() / concurrency` rounds of the running handlers (one
+    /// round at the default size), plus one claim.
+    pub fn prefetch_size(&self) -> u32 {
+        self.prefetch
+            .unwrap_or(self.concurrency)
+            .min(self.claim_batch)
+    }
+
     /// Lease timings scaled down for tests and demos: TTL `ttl`, heartbeat TTL/4,
     /// fence margin TTL/4, poll 50 ms, reaper TTL/4.
     pub fn fast(ttl: Duration) -> Self {
@@ -232,6 +266,7 @@ impl Default for WorkerConfig {
             queues: vec![QueueName::DEFAULT.to_owned()],
             concurrency: Self::CONCURRENCY_DEFAULT,
             claim_batch: Self::CLAIM_BATCH_DEFAULT,
+            prefetch: None,
             complete_batch: Self::COMPLETE_BATCH_DEFAULT,
             batch_linger: Self::BATCH_LINGER_DEFAULT,
             poll_interval: Self::POLL_INTERVAL_DEFAULT,
@@ -257,6 +292,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_buffer_follows_the_concurrency_up_to_the_claim_batch() {
+        assert_eq!(WorkerConfig::default().prefetch_size(), 10);
+        let wide = WorkerConfig {
+            concurrency: 500,
+            ..Default::default()
+        };
+        assert_eq!(wide.prefetch_size(), 100);
+        let off = WorkerConfig {
+            prefetch: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(off.prefetch_size(), 0);
+    }
+
+    #[test]
     fn defaults_are_valid_and_bad_values_are_refused() {
         WorkerConfig::default().validate().unwrap();
         WorkerConfig::fast(Duration::from_secs(2))
@@ -265,6 +315,10 @@ mod tests {
         let bad = [
             WorkerConfig {
                 concurrency: 0,
+                ..Default::default()
+            },
+            WorkerConfig {
+                prefetch: Some(101),
                 ..Default::default()
             },
             WorkerConfig {

@@ -20,14 +20,33 @@
 //!   attempt budget, backoff and death). The successes of a batch are written in one
 //!   statement ([`Storage::task_complete_many_if_leased`]); each failure is written by
 //!   its own fenced write ([`Storage::task_fail_if_leased`]), all at once.
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::{join, join_all, select_all};
-use tenax_core::{DynBatchHandler, RawItem};
-use tenax_storage::TaskDueCountParams;
-use tokio::sync::OwnedSemaphorePermit;
+use futures::FutureExt;
+use rand::Rng;
+use tenax_core::{
+    CommandError, DynBatchHandler, ExecutionOutcome, RawItem, TaskContext, TaskKind, TaskRecord,
+};
+use tenax_storage::{
+    FailNext, Lease, StorageError, TaskClaimParams, TaskCompleteParams, TaskDueCountParams,
+};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{sleep, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, info_span, warn, Instrument};
 
-use super::*;
+use super::completer::{report_write, write_batch, write_outcome};
+use super::executor::{
+    execute, fence_deadline, idempotency_key, older_attempts_done, Entry, HeldGuard,
+};
+use super::outcome::{decide, panic_message, Decision, Ended, Ending};
+use super::Shared;
+use crate::config::WorkerConfig;
+use crate::timer::next_due_wait;
 
 /// Claim and run batches of one batch type until `shutdown`, then wait for the
 /// batches still running (stopped by the worker's hard stop after the grace).
@@ -206,7 +225,7 @@ pub(super) async fn run_claimed(
     let singles = join_all(
         singles
             .into_iter()
-            .map(|task| super::execute(shared, task, deadline)),
+            .map(|task| execute(shared, Entry::enter(shared, task, deadline), None)),
     );
     let batches = join_all(groups.into_iter().map(|(key, tasks)| {
         let span = info_span!("batch", command.r#type = %handler.command_type(),
@@ -355,30 +374,18 @@ async fn run_batch(
 
 /// Enter a claimed task into the held map, so the heartbeat renews its lease.
 fn enter(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) -> Member {
-    let lease = Lease {
-        id: task.id,
-        epoch: task.lease_epoch,
-    };
-    let (deadline_tx, deadline_rx) = watch::channel(deadline);
-    let lost = CancellationToken::new();
-    let cancel_requested = CancellationToken::new();
-    let finishing = Arc::new(AtomicBool::new(false));
-    shared.held().insert(
+    // A batch item never commits its own completion (no transactional batch commands),
+    // so its held entry never needs a context.
+    let Entry {
+        task,
         lease,
-        Held {
-            deadline: deadline_tx,
-            lost: lost.clone(),
-            cancel_requested: cancel_requested.clone(),
-            finishing: finishing.clone(),
-            // A batch item never commits its own completion (no transactional
-            // batch commands).
-            context: None,
-        },
-    );
-    let held = HeldGuard {
-        shared: shared.clone(),
-        lease,
-    };
+        deadline,
+        lost,
+        cancel_requested,
+        finishing,
+        claimed: _,
+        held,
+    } = Entry::enter(shared, task, deadline);
     let cancellation = CancellationToken::new();
     let ctx = TaskContext::new(
         task.id,
@@ -402,7 +409,7 @@ fn enter(shared: &Arc<Shared>, task: TaskRecord, deadline: Instant) -> Member {
         lost,
         cancel_requested,
         cancellation,
-        deadline: deadline_rx,
+        deadline,
         finishing,
         _held: held,
     }

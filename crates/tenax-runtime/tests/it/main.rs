@@ -18,6 +18,10 @@ mod leases;
 /// Payload evolution: a task stored by one version of a command runs on the next.
 mod versions;
 
+/// The claim loop's buffer and slots freed when a handler returns: hand-back at stop,
+/// the bound on uncommitted outcomes, cluster-wide limits across buffering workers.
+mod prefetch;
+
 /// Batch commands on every backend: per-task outcomes, batch sizes and keys, the
 /// maximum wait, lost leases inside a batch.
 mod batches;

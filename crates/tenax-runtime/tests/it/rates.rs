@@ -12,13 +12,14 @@ const BURST: u32 = 5;
 const WINDOW_SECS: i64 = 10;
 const TASKS: usize = 400;
 
-/// Two workers (separate connection pools, as two nodes) drain a backlog of one type
-/// limited to 20/s with a burst of 5. Over 10 s of database time the bucket allows
+/// Four workers (separate connection pools, as four nodes), each buffering claimed
+/// tasks beyond its running ones, drain a backlog of one type limited to 20/s with a
+/// burst of 5. Over 10 s of database time the bucket allows
 /// exactly 5 + 20 × 10 = 205 starts: more means the limit leaks, far fewer that the
 /// bucket does not refill. Measured on PostgreSQL (`TENAX_TEST_POSTGRES_URL`); skipped
 /// without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_workers_start_a_limited_type_at_its_rate_on_postgres() {
+async fn four_buffering_workers_start_a_limited_type_at_its_rate_on_postgres() {
     let Some(harness) = tenax_storage::testing::postgres_from_env().await else {
         eprintln!("TENAX_TEST_POSTGRES_URL is not set: skipped");
         return;
@@ -44,7 +45,7 @@ async fn two_workers_start_a_limited_type_at_its_rate_on_postgres() {
     };
     let start = harness.storage.now().await.unwrap();
     let mut workers = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..4 {
         workers.push(env.start(harness.reopen().await, env.registry(), config.clone()));
     }
     // The window is measured on the database clock, from the start timestamps.

@@ -40,6 +40,9 @@ pub struct Seen {
     pub dropped: AtomicUsize,
     pub cancelled: AtomicUsize,
     pub compensations: AtomicUsize,
+    /// Handlers running now, and the most that ever ran at once.
+    pub running: AtomicUsize,
+    pub max_running: AtomicUsize,
 }
 
 pub struct Scripted {
@@ -53,6 +56,10 @@ impl Command for Scripted {
 
     async fn execute(&self, script: Script, task: &TaskContext) -> Result<String, CommandError> {
         self.seen.executions.fetch_add(1, Ordering::SeqCst);
+        let now_running = self.seen.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.seen
+            .max_running
+            .fetch_max(now_running, Ordering::SeqCst);
         let _dropped = DropCounter(self.seen.clone());
         let index = (task.attempt() as usize - 1).min(script.steps.len().saturating_sub(1));
         match script.steps.get(index).cloned().unwrap_or(Step::Ok) {
@@ -91,6 +98,7 @@ struct DropCounter(Arc<Seen>);
 
 impl Drop for DropCounter {
     fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
         self.0.dropped.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -110,6 +118,8 @@ impl Command for Other {
 
 pub struct Env {
     pub client: Client,
+    /// The database's URL, to open more connection pools on it (as more nodes would).
+    pub url: String,
     pub seen: Arc<Seen>,
     pub ledger: Ledger,
     _dir: tempfile::TempDir,
@@ -123,6 +133,7 @@ impl Env {
         let ledger = Ledger::open(&dir.path().join("ledger.db")).await.unwrap();
         Self {
             client,
+            url,
             seen: Arc::new(Seen::default()),
             ledger,
             _dir: dir,
