@@ -28,17 +28,42 @@ fn ledger() -> Option<String> {
     url
 }
 
-/// Whether PostgreSQL server binaries are here for a private instance.
-fn private_postgres_possible() -> bool {
-    let found = tenax_torture::private_pg::find_bindir().is_some();
+/// `found`, after a `SKIP` line naming `missing` when it is false; a missing tool is a
+/// failure under `TENAX_REQUIRE_ALL_BACKENDS=1` (which CI sets, and whose `.ci/test`
+/// installs every tool), so a scenario never passes by not running.
+fn required(found: bool, missing: &str) -> bool {
     if !found {
         assert!(
             std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
-            "no PostgreSQL server binaries for a private instance, but TENAX_REQUIRE_ALL_BACKENDS=1"
+            "{missing}, but TENAX_REQUIRE_ALL_BACKENDS=1"
         );
-        eprintln!("SKIP: no PostgreSQL server binaries for a private instance");
+        eprintln!("SKIP: {missing}");
     }
     found
+}
+
+/// Whether PostgreSQL server binaries are here for a private instance.
+fn private_postgres_possible() -> bool {
+    required(
+        tenax_torture::private_pg::find_bindir().is_some(),
+        "no PostgreSQL server binaries for a private instance",
+    )
+}
+
+/// Whether MariaDB server binaries are here for a private instance.
+fn private_mariadb_possible() -> bool {
+    required(
+        tenax_torture::private_mariadb::available(),
+        "no MariaDB server binaries for a private instance",
+    )
+}
+
+/// Whether libfaketime is here to skew a worker's clock (Debian's `faketime`).
+fn libfaketime_possible() -> bool {
+    required(
+        tenax_torture::fleet::libfaketime().is_some(),
+        "libfaketime is not installed (apt-get install faketime)",
+    )
 }
 
 async fn scenario(name: &str) -> Option<Report> {
@@ -188,7 +213,7 @@ async fn a_stale_completion_behind_the_guard_turns_the_checker_red() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_worker_and_server_kills_lose_nothing() {
-    if !tenax_torture::private_mariadb::available() {
+    if !private_mariadb_possible() {
         assert!(
             std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
             "no MariaDB server tools for a private instance, but TENAX_REQUIRE_ALL_BACKENDS=1"
@@ -209,11 +234,7 @@ async fn mariadb_worker_and_server_kills_lose_nothing() {
 /// reclaimed early (that would be an unexplained re-execution).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_worker_clocks_start_nothing_early_on_postgres_and_mariadb() {
-    if tenax_torture::fleet::libfaketime().is_none() {
-        eprintln!(
-            "SKIP: clock skew: libfaketime is not installed (apt-get install faketime); \
-             the CI installs it"
-        );
+    if !libfaketime_possible() {
         return;
     }
     if private_postgres_possible() {
@@ -228,7 +249,7 @@ async fn skewed_worker_clocks_start_nothing_early_on_postgres_and_mariadb() {
             r.summary()
         );
     }
-    if tenax_torture::private_mariadb::available() {
+    if private_mariadb_possible() {
         let Some(r) = scenario("skew-mariadb").await else {
             return;
         };
@@ -268,7 +289,7 @@ async fn enqueuer_killed_mid_request_loses_no_acknowledged_task() {
 /// workers and their server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_faults_on_mariadb_break_no_invariant() {
-    if !tenax_torture::private_mariadb::available() {
+    if !private_mariadb_possible() {
         assert!(
             std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
             "no MariaDB server tools for a private instance, but TENAX_REQUIRE_ALL_BACKENDS=1"
