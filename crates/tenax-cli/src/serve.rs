@@ -80,6 +80,7 @@ impl ServeArgs {
             batch_max: file.batch_max.unwrap_or(d.batch_max),
             callback_allow_hosts: kinds.callbacks.allow_hosts.clone(),
             http_targets: kinds.http.targets.keys().cloned().collect(),
+            exec_programs: kinds.exec.allow.keys().cloned().collect(),
         };
         let warnings = config.validate()?;
         Ok((config, warnings))

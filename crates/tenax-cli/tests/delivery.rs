@@ -331,19 +331,30 @@ async fn http_tasks_retry_transient_answers_honour_retry_after_and_stay_on_their
     .await;
     assert_eq!(status, 422, "{answer}");
     assert_eq!(answer["error"]["code"], "unknown_http_target", "{answer}");
-    // A path that tries to leave the target's host fails for good, and nothing is sent.
-    for path in ["//evil.example/x", "@evil.example/x", "/../../admin"] {
-        let task = enqueue(
+    // A path that tries to leave the target's host or base path is refused at
+    // enqueue, and nothing is sent.
+    for path in [
+        "//evil.example/x",
+        "@evil.example/x",
+        "/../../admin",
+        "/.%2e/x",
+        "/%2E./x",
+        "/.%2e",
+    ] {
+        let (status, answer) = api(
             &server,
-            json!({"command_type": "http", "max_attempts": 5,
-                   "payload": {"target": "strict", "path": path}}),
+            "POST",
+            "/v1/tasks",
+            Some(json!({"command_type": "http", "max_attempts": 5,
+                        "payload": {"target": "payments", "path": path}})),
         )
         .await;
-        let task = finished(&server, task["id"].as_i64().unwrap()).await;
-        assert_eq!(task["status"], "dead", "{path}: {task}");
-        assert_eq!(task["attempt"], 1, "{path}: {task}");
+        assert_eq!(status, 422, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "http_path_refused", "{answer}");
+        assert_eq!(answer["error"]["field"], "payload.path", "{answer}");
     }
     assert_eq!(refusing.seen().len(), 1, "no request for a refused path");
+    assert_eq!(target.seen().len(), 3, "no request for a refused path");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -441,15 +452,15 @@ async fn exec_tasks_succeed_fail_permanently_and_time_out() {
         Some(json!({"command_type": "exec", "payload": {"program": "rm", "args": ["-rf", "/"]}})),
     )
     .await;
-    assert_eq!(status, 201, "{answer}");
-    let refused = finished(&server, answer["id"].as_i64().unwrap()).await;
-    assert_eq!(refused["status"], "dead", "{refused}");
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["code"], "unknown_exec_program", "{answer}");
+    assert_eq!(answer["error"]["field"], "payload.program", "{answer}");
     assert!(
-        refused["last_error"]
+        answer["error"]["message"]
             .as_str()
             .unwrap()
             .contains("allow-list"),
-        "{refused}"
+        "{answer}"
     );
 }
 

@@ -2,10 +2,12 @@
 //! every filter and path parameter on SQLite, PostgreSQL and MariaDB (no 5xx, no slow
 //! answer, nothing changed, literal results); oversized, lying, chunked, compressed,
 //! deeply nested and malformed bodies and wrong content types; slow clients
-//! (slowloris) that must not starve a normal one; every way of presenting a bad token;
-//! path traversal in file-facing inputs; secrets never in answers, logs, alerts or
-//! metrics; `exec` arguments never reaching a shell; and source rules (no SQL text
-//! built from input, no `==` on tokens).
+//! (slowloris) that must not starve a normal one; every way of presenting a bad token,
+//! two `Authorization` headers included; path traversal in file-facing inputs and in
+//! `http` task paths (dot segments in every encoding, which must not leave the
+//! target's base path, at enqueue nor before sending); secrets never in answers, logs,
+//! alerts or metrics; `exec` arguments never reaching a shell; and source rules (no
+//! SQL text built from input, no `==` on tokens).
 //!
 //! Each case appends its counts to `security-counts.txt` in the test's temporary
 //! target folder, which CI prints.
@@ -1117,6 +1119,35 @@ async fn battery_every_bad_token_is_refused_the_same_way_on_every_route() {
     }
     // Two messages at most: "missing" and "not valid"; nothing about which token or why.
     assert!(bodies.len() <= 2, "{bodies:?}");
+    // Two Authorization headers, the valid one first or second: refused, not read.
+    let admin = format!("Bearer {ADMIN}");
+    let pairs = [
+        [admin.as_str(), "Bearer tnx_not_a_token"],
+        ["Bearer tnx_not_a_token", admin.as_str()],
+        [admin.as_str(), admin.as_str()],
+    ];
+    for route in &routes {
+        let path = route
+            .path
+            .replace("{id}", &id.to_string())
+            .replace("{task_no}", "x")
+            .replace("{name}", "x");
+        for [first, second] in &pairs {
+            let headers = [
+                ("Authorization", *first),
+                ("Authorization", *second),
+                ("Content-Type", "application/json"),
+            ];
+            let answer = request(&addr, route.method, &path, &headers, b"{}");
+            requests += 1;
+            assert_eq!(
+                answer.status, 400,
+                "{} {} with two Authorization headers: {}",
+                route.method, route.path, answer.body
+            );
+            assert_eq!(answer.code(), "bad_request");
+        }
+    }
     // A read-only token may not cancel or retry; an enqueuer may not read lists.
     for (token, method, path) in [
         (READER, "POST", format!("/v1/tasks/{id}/cancel")),
@@ -1171,9 +1202,10 @@ async fn battery_every_bad_token_is_refused_the_same_way_on_every_route() {
         "a prefix of the token is in the log"
     );
     report(&format!(
-        "auth: {} routes x {} ways of presenting a bad token + roles + open routes = {requests} requests, 0 accepted",
+        "auth: {} routes x ({} ways of presenting a bad token + {} pairs of Authorization headers) + roles + open routes = {requests} requests, 0 accepted",
         routes.len(),
-        presented.len()
+        presented.len(),
+        pairs.len()
     ));
 }
 
@@ -1215,7 +1247,8 @@ async fn battery_path_traversal_reaches_no_file() {
         assert!(!answer.body.contains("root:"), "{target}: {}", answer.body);
     }
     // `exec` runs allow-listed names only: a path, a traversal, or a name not listed
-    // dies with the allow-list named, and nothing ran.
+    // is refused at enqueue naming the field; written past the API, it dies with the
+    // allow-list named; and nothing ran.
     let marker = dir.path().join("ran");
     let mut ids = Vec::new();
     for program in [
@@ -1226,8 +1259,9 @@ async fn battery_path_traversal_reaches_no_file() {
         "sh",
         "/bin/echo",
     ] {
-        let body = json!({"command_type": "exec", "max_attempts": 1,
-                          "payload": {"program": program, "args": ["-c", format!("touch {}", marker.display())]}});
+        let payload =
+            json!({"program": program, "args": ["-c", format!("touch {}", marker.display())]});
+        let body = json!({"command_type": "exec", "max_attempts": 1, "payload": payload});
         let answer = call(
             &addr,
             "POST",
@@ -1236,8 +1270,61 @@ async fn battery_path_traversal_reaches_no_file() {
             Some(&body.to_string()),
         );
         requests += 1;
-        assert_eq!(answer.status, 201, "{}", answer.body);
-        ids.push((program, answer.json()["id"].as_i64().unwrap()));
+        assert_eq!(answer.status, 422, "{}", answer.body);
+        assert_eq!(answer.code(), "unknown_exec_program", "{program}");
+        assert_eq!(answer.json()["error"]["field"], "payload.program");
+        let task = h
+            .task(tenax_storage::testing::TaskOpts {
+                command_type: "exec".into(),
+                payload: payload.to_string(),
+                max_attempts: 1,
+                ..Default::default()
+            })
+            .await;
+        ids.push((program, task.id.0));
+    }
+    // Arguments that are not strings, or hold a NUL no program can receive, are refused
+    // at enqueue too.
+    for (args, field) in [
+        (json!("-c id"), "payload.args"),
+        (json!(["ok", 1]), "payload.args[1]"),
+        (json!(["a\u{0}b"]), "payload.args[0]"),
+    ] {
+        let body = json!({"command_type": "exec", "payload": {"program": "echo", "args": args}});
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/tasks",
+            Some(ADMIN),
+            Some(&body.to_string()),
+        );
+        requests += 1;
+        assert_eq!(answer.status, 422, "{args}: {}", answer.body);
+        assert_eq!(answer.json()["error"]["field"], field, "{args}");
+    }
+    // Queue and schedule names that would be path segments of the API's own URLs.
+    for name in [".", "..", "a/b", "../x"] {
+        let body = json!({"command_type": "echo", "queue": name});
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/tasks",
+            Some(ADMIN),
+            Some(&body.to_string()),
+        );
+        requests += 1;
+        assert_eq!(answer.status, 422, "queue {name:?}: {}", answer.body);
+        assert_eq!(answer.json()["error"]["field"], "queue", "{name:?}");
+        let body = json!({"name": name, "command_type": "echo", "every_secs": 60});
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/schedules",
+            Some(ADMIN),
+            Some(&body.to_string()),
+        );
+        requests += 1;
+        assert_eq!(answer.status, 422, "schedule {name:?}: {}", answer.body);
     }
     // Arguments arrive as they are: no shell expands them.
     let literal = [
@@ -1476,6 +1563,173 @@ async fn battery_secret_fields_never_leave_the_database() {
     report(&format!(
         "secrets: {requests} requests; answers, {} alert(s), metrics and the debug log checked; leaks 0",
         seen.lock().unwrap().len()
+    ));
+}
+
+// ---------------------------------------------------------------------------------
+// `http` task paths that would leave their target's base path, and its headers.
+
+/// Paths that climb out of a base path: as reported (each reached a path outside
+/// `/api` with the target's credentials), then every spelling of a dot and a slash
+/// (plain, percent-encoded in either case, double-encoded, backslashes) in segments
+/// that climb or split.
+fn climbing_paths() -> Vec<String> {
+    let mut paths: Vec<String> = [
+        "/.%2e/x",
+        "/%2E./x",
+        "/.%2e",
+        "/.%2e/.%2e/.%2e/etc/passwd",
+        "/x/.%2e",
+        "/x/%2e.",
+        "/..;/x",
+        "/%c0%ae%c0%ae/x",
+        "/x/%2e%2e%00",
+    ]
+    .map(String::from)
+    .to_vec();
+    let dots = [".", "%2e", "%2E", "%252e", "%252E"];
+    let slashes = ["/", "%2f", "%2F", "%252f", "\\", "%5c", "%5C", "%255c"];
+    for a in dots {
+        for b in dots {
+            for s in slashes {
+                paths.push(format!("/{a}{b}{s}x"));
+                paths.push(format!("/x{s}{a}{b}{s}{a}{b}{s}etc{s}passwd"));
+            }
+        }
+    }
+    paths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn battery_http_paths_stay_under_the_target_base_path() {
+    let h = tenax_storage::testing::sqlite_file().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (target, seen) = receiver();
+    let config = config(&format!(
+        "[http]\n[http.targets.pay]\nbase_url = \"http://{target}/api\"\ntimeout = \"5s\"\n\
+         headers = {{ Authorization = \"Bearer target-credential\" }}\n"
+    ))
+    .replace(
+        "command_types = [\"echo\", \"exec\"]",
+        "command_types = [\"echo\", \"exec\", \"http\"]",
+    );
+    let server = start(
+        dir.path(),
+        &h.url,
+        &config,
+        &["--poll-interval", "50ms"],
+        &[],
+    );
+    let addr = server.addr.clone();
+    let paths = climbing_paths();
+    let mut requests = 0;
+    // At the door: each is refused, naming the field.
+    for path in &paths {
+        let body = json!({"command_type": "http", "max_attempts": 1,
+                          "payload": {"target": "pay", "path": path}});
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/tasks",
+            Some(ADMIN),
+            Some(&body.to_string()),
+        );
+        requests += 1;
+        assert_eq!(answer.status, 422, "{path}: {}", answer.body);
+        assert_eq!(answer.code(), "http_path_refused", "{path}");
+        assert_eq!(answer.json()["error"]["field"], "payload.path", "{path}");
+    }
+    // A schedule is checked the same way: its tasks could only die.
+    for (payload, code, field) in [
+        (
+            json!({"target": "elsewhere"}),
+            "unknown_http_target",
+            "payload.target",
+        ),
+        (
+            json!({"target": "pay", "path": "/.%2e/x"}),
+            "http_path_refused",
+            "payload.path",
+        ),
+    ] {
+        let body =
+            json!({"name": "climb", "command_type": "http", "every_secs": 60, "payload": payload});
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/schedules",
+            Some(ADMIN),
+            Some(&body.to_string()),
+        );
+        requests += 1;
+        assert_eq!(answer.status, 422, "{payload}: {}", answer.body);
+        assert_eq!(answer.code(), code, "{payload}");
+        assert_eq!(answer.json()["error"]["field"], field, "{payload}");
+    }
+    // Past the door (written straight to the database): the worker refuses each before
+    // sending, and the task dies.
+    let mut ids = Vec::new();
+    for path in &paths {
+        let payload = json!({"target": "pay", "path": path, "body": {"n": 1}}).to_string();
+        let task = h
+            .task(tenax_storage::testing::TaskOpts {
+                command_type: "http".into(),
+                payload,
+                max_attempts: 1,
+                ..Default::default()
+            })
+            .await;
+        ids.push((path, task.id.0));
+    }
+    // A task's Content-Type replaces the default; a plain path still goes through.
+    let body = json!({"command_type": "http", "max_attempts": 1,
+                      "payload": {"target": "pay", "path": "/charges", "body": {"n": 1},
+                                  "headers": {"content-TYPE": "application/vnd.shop+json"}}});
+    let answer = call(
+        &addr,
+        "POST",
+        "/v1/tasks",
+        Some(ADMIN),
+        Some(&body.to_string()),
+    );
+    requests += 1;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let plain = answer.json()["id"].as_i64().unwrap();
+    let finished = |id: i64| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let task = call(&addr, "GET", &format!("/v1/tasks/{id}"), Some(ADMIN), None).json();
+            if matches!(task["status"].as_str(), Some("succeeded" | "dead")) {
+                return task;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "task {id} did not finish: {task}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    for (path, id) in &ids {
+        let task = finished(*id);
+        requests += 1;
+        assert_eq!(task["status"], "dead", "{path}: {task}");
+        assert_eq!(task["attempt"], 1, "{path}: {task}");
+    }
+    let task = finished(plain);
+    assert_eq!(task["status"], "succeeded", "{task}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only the plain path was sent: {seen:#?}");
+    let head = seen[0].split("\r\n\r\n").next().unwrap().to_owned();
+    assert!(head.starts_with("POST /api/charges HTTP/1.1\r\n"), "{head}");
+    let types: Vec<&str> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-type:"))
+        .collect();
+    assert_eq!(types.len(), 1, "one Content-Type: {head}");
+    assert!(types[0].ends_with("application/vnd.shop+json"), "{head}");
+    report(&format!(
+        "http paths: {} climbing paths refused at enqueue and again before sending ({requests} requests), 0 sent outside the base path",
+        paths.len()
     ));
 }
 

@@ -1,6 +1,7 @@
 //! Where Tenax may send requests on a task's behalf: a host allow-list for URLs that
 //! come from task data (completion callbacks), checked both when a task is enqueued
-//! and when its callback is delivered.
+//! and when its callback is delivered; and the check of a path a task appends to a
+//! configured base URL (the `http` kind), likewise run at enqueue and before sending.
 use std::fmt;
 
 /// A URL's parts that decide where a request goes.
@@ -74,6 +75,79 @@ pub fn url_origin(url: &str) -> Result<UrlOrigin, UrlRefused> {
 
 fn shorten(url: &str) -> String {
     url.chars().take(200).collect()
+}
+
+/// The longest path a task may append to a base URL, in bytes.
+pub const TASK_PATH_MAX_BYTES: usize = 2048;
+
+/// Check a path a task appends to a configured base URL (the `http` kind's `path`): empty,
+/// or `/...` that can only add segments under the base path.
+///
+/// The path is percent-decoded again and again until nothing changes (so `%252e`, a
+/// double-encoded dot, is seen as a dot), and every form on the way, the raw text
+/// included, must hold:
+/// - no dot segment: a segment (up to any `;`, `?` or `#`) made only of dots and spaces
+///   (`.`, `..`, `...`, `.%2e`, `%2E.`, `..;x`), which a URL library or a server would
+///   resolve upwards;
+/// - no new segment: exactly as many `/` as the raw text has (so no `%2f`), and no `\`
+///   nor `%5c` (read as `/` by URL libraries and some servers);
+/// - no control character, and valid UTF-8 (no overlong `%c0%ae` dot).
+///
+/// The raw text may also hold no white space, `//`, `@`, `#` or `://`, and is at most
+/// [`TASK_PATH_MAX_BYTES`]. A query (after `?`) is checked as raw text only.
+pub fn check_task_path(path: &str) -> Result<(), UrlRefused> {
+    let refuse = |why: &str| {
+        Err(UrlRefused(format!(
+            "path {:?}: {why}",
+            path.chars().take(100).collect::<String>()
+        )))
+    };
+    if path.is_empty() {
+        return Ok(());
+    }
+    if !path.starts_with('/') {
+        return refuse("a path starts with /");
+    }
+    if path.len() > TASK_PATH_MAX_BYTES {
+        return refuse(&format!("a path is at most {TASK_PATH_MAX_BYTES} bytes"));
+    }
+    if path
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '\\' | '@' | '#'))
+        || path.contains("//")
+        || path.contains("://")
+    {
+        return refuse("no white space, control characters, \\, @, #, // or scheme in a path");
+    }
+    let raw = path.split('?').next().unwrap_or("").as_bytes();
+    let slashes = raw.iter().filter(|&&b| b == b'/').count();
+    let mut form: Vec<u8> = raw.to_vec();
+    loop {
+        let Ok(text) = std::str::from_utf8(&form) else {
+            return refuse("it decodes to text that is not UTF-8");
+        };
+        if text.chars().any(char::is_control) {
+            return refuse("it decodes to a control character");
+        }
+        if text.contains('\\') || text.bytes().filter(|&b| b == b'/').count() != slashes {
+            return refuse("encoded slashes or backslashes may not make new segments");
+        }
+        if text.split('/').any(is_dot_segment) {
+            return refuse("no . or .. segment, in any encoding");
+        }
+        let decoded: Vec<u8> = percent_encoding::percent_decode(&form).collect();
+        if decoded == form {
+            return Ok(());
+        }
+        form = decoded;
+    }
+}
+
+/// A segment that a URL library or a server may resolve as `.` or `..`: only dots and
+/// spaces (Windows drops trailing ones), at least one dot, up to a `;`, `?` or `#`.
+fn is_dot_segment(segment: &str) -> bool {
+    let name = segment.split([';', '?', '#']).next().unwrap_or("");
+    name.contains('.') && name.chars().all(|c| c == '.' || c == ' ')
 }
 
 /// Hosts a URL from task data may point to: exact names (`hooks.example.com`, or
@@ -152,6 +226,85 @@ mod tests {
             "http://evil.com./",
         ] {
             assert!(url_origin(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Every way of spelling a dot and a slash: plain, percent-encoded in both cases,
+    /// double-encoded, and the backslash forms.
+    const DOTS: &[&str] = &[".", "%2e", "%2E", "%252e", "%252E", "%25252e"];
+    const SLASHES: &[&str] = &[
+        "/", "%2f", "%2F", "%252f", "%252F", "\\", "%5c", "%5C", "%255c",
+    ];
+
+    /// Paths that climb out of the base path (or make new segments to), built from
+    /// every spelling of dot and slash.
+    fn climbing_paths() -> Vec<String> {
+        let mut paths = Vec::new();
+        for a in DOTS {
+            for b in DOTS {
+                for s in SLASHES {
+                    paths.push(format!("/{a}{b}{s}x"));
+                    paths.push(format!("/v{s}{a}{b}{s}{a}{b}{s}etc{s}passwd"));
+                    paths.push(format!("/v/{a}{b}"));
+                    paths.push(format!("/{a}{s}{b}{b}{s}x"));
+                }
+                paths.push(format!("/{a}{b}"));
+                paths.push(format!("/{a}{b};x/y"));
+                paths.push(format!("/{a}{b}?q=1"));
+            }
+            paths.push(format!("/{a}/x"));
+            paths.push(format!("/x/{a}"));
+        }
+        paths
+    }
+
+    #[test]
+    fn a_dot_segment_in_any_encoding_is_refused_in_a_task_path() {
+        // As reported: each reached a path outside the target's base path.
+        for bad in [
+            "/.%2e/x",
+            "/%2E./x",
+            "/.%2e",
+            "/.%2e/.%2e/.%2e/etc/passwd",
+            "/a/.%2e",
+            "/a/%2e./b",
+            "/%2e%2e/x",
+            "/%2E%2E/x",
+            "/%252e%252e/x",
+            "/%25252e%25252e/x",
+            "/..;/x",
+            "/.../x",
+            "/%c0%ae%c0%ae/x",
+            "/a%2fb",
+            "/a%5cb",
+            "/a%00b",
+            "/.\t./x",
+            "/.\n./x",
+        ] {
+            assert!(check_task_path(bad).is_err(), "{bad}");
+        }
+        let paths = climbing_paths();
+        assert!(paths.len() > 1000, "{}", paths.len());
+        for bad in &paths {
+            assert!(check_task_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ordinary_task_paths_are_accepted() {
+        for good in [
+            "",
+            "/",
+            "/charges",
+            "/charges?x=1&y=../z",
+            "/v1/a.b/c..d/...e",
+            "/.well-known/thing",
+            "/name%20with%20spaces",
+            "/caf%C3%A9",
+            "/100%25",
+            "/a%",
+        ] {
+            assert_eq!(check_task_path(good), Ok(()), "{good}");
         }
     }
 

@@ -326,19 +326,23 @@ pub fn tick_task_no(name: &str, tick: DateTime<Utc>) -> String {
 /// [`TaskNo::MAX_LEN`](crate::TaskNo::MAX_LEN)).
 pub const SCHEDULE_NAME_MAX_LEN: usize = 100;
 
-/// Check a schedule name: 1 to 100 bytes of letters, digits, `-`, `_` and `.`.
+/// Check a schedule name: 1 to 100 bytes of letters, digits, `-`, `_` and `.`, not
+/// dots alone (`.` and `..` would be path segments in `/v1/schedules/{name}`).
 pub fn validate_schedule_name(name: &str) -> Result<(), InvalidInput> {
     let valid = !name.is_empty()
         && name.len() <= SCHEDULE_NAME_MAX_LEN
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.chars().all(|c| c == '.');
     if valid {
         Ok(())
     } else {
         Err(InvalidInput::new(
             "schedule name",
-            format!("{name:?}: use 1 to {SCHEDULE_NAME_MAX_LEN} of a-z, A-Z, 0-9, -, _ and ."),
+            format!(
+                "{name:?}: use 1 to {SCHEDULE_NAME_MAX_LEN} of a-z, A-Z, 0-9, -, _ and ., not dots alone"
+            ),
         ))
     }
 }

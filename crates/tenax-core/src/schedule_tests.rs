@@ -335,6 +335,11 @@ fn tick_task_numbers_are_valid_and_distinct() {
         "sched:a:2026-01-01T10:00:00Z"
     );
     assert!(validate_schedule_name("a b").is_err());
+    for dots in [".", "..", "..."] {
+        assert!(validate_schedule_name(dots).is_err(), "{dots}");
+    }
+    assert!(validate_schedule_name("v1.2").is_ok());
+    assert!(validate_schedule_name("a/b").is_err());
     assert!(validate_schedule_name(&"n".repeat(SCHEDULE_NAME_MAX_LEN + 1)).is_err());
 }
 

@@ -125,7 +125,8 @@ impl fmt::Display for TaskNo {
     }
 }
 
-/// A queue name: 1 to 100 bytes, no white space or control characters.
+/// A queue name: 1 to 100 bytes, no white space or control characters, no `/`, and not
+/// dots alone (a queue is named in URL paths: `/v1/queues/{name}`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct QueueName(String);
@@ -138,6 +139,12 @@ impl QueueName {
     pub fn new(value: impl Into<String>) -> Result<Self, InvalidInput> {
         let value = value.into();
         check_name("queue", &value, 100)?;
+        if value.contains('/') || value.chars().all(|c| c == '.') {
+            return Err(InvalidInput::new(
+                "queue",
+                "must not contain / nor be dots alone (. or ..)",
+            ));
+        }
         Ok(Self(value))
     }
 
@@ -455,6 +462,17 @@ mod tests {
         assert!(TaskNo::new("x".repeat(TaskNo::MAX_LEN)).is_ok());
         assert!(TaskNo::new("A:compensate:1").is_err());
         assert_ne!(TaskNo::generate(), TaskNo::generate());
+    }
+
+    #[test]
+    fn queue_names_that_are_path_segments_or_make_them_are_refused() {
+        for bad in [".", "..", "...", "a/b", "/", "../x", ""] {
+            let err = QueueName::new(bad).unwrap_err();
+            assert_eq!(err.field, "queue", "{bad}");
+        }
+        for good in ["default", "a.b", ".hidden", "reports-2026", "a:b"] {
+            assert!(QueueName::new(good).is_ok(), "{good}");
+        }
     }
 
     #[test]

@@ -9,11 +9,11 @@
 //! 2xx: success, the result is `{"status": 200, "body": <JSON or text>}` (bounded).
 //! 408, 429, 5xx, a timeout or a network error: retried (after `Retry-After` when the
 //! receiver sends one). 3xx and other 4xx: permanent. An unknown target: permanent.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use reqwest::header::{HeaderName, HeaderValue};
-use reqwest::{Method, StatusCode};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tenax_core::{Command, CommandError, RetryPolicy, TaskContext};
@@ -76,48 +76,90 @@ pub(crate) fn header_pair(name: &str, value: &str) -> Result<(HeaderName, Header
     Ok((header, value))
 }
 
-/// Check a path suffix: empty, or `/...` that cannot leave the base URL's host.
+/// Check a path suffix: empty, or `/...` that can only add segments under the base
+/// URL's path. The same check as the HTTP API's at enqueue
+/// ([`tenax_core::outbound::check_task_path`]).
 pub(crate) fn check_path(path: &str) -> Result<(), String> {
-    if path.is_empty() {
-        return Ok(());
+    tenax_core::outbound::check_task_path(path).map_err(|e| e.to_string())
+}
+
+/// The URL a payload asks for under `target`: the path checked, then the URL as the
+/// URL library resolves it checked to stay under the target's base URL.
+pub fn resolve_url(target: &HttpTarget, path: Option<&str>) -> Result<Url, String> {
+    let path = path.unwrap_or("");
+    check_path(path)?;
+    let url = format!("{}{path}", target.base_url.trim_end_matches('/'));
+    let url = Url::parse(&url).map_err(|e| format!("path {path:?} makes no URL: {e}"))?;
+    stays_under(&target.base_url, &url)?;
+    Ok(url)
+}
+
+/// Whether `url`, as parsed, is on the origin of `base_url` and at or under its path
+/// (`/api` covers `/api` and `/api/...`, not `/apix`). The last check before a request
+/// is sent.
+pub fn stays_under(base_url: &str, url: &Url) -> Result<(), String> {
+    let base = Url::parse(base_url).map_err(|e| format!("base URL {base_url:?}: {e}"))?;
+    let leave = || {
+        Err(format!(
+            "{:?} is not under the target's base URL {base_url:?}",
+            url.as_str().chars().take(200).collect::<String>()
+        ))
+    };
+    if url.origin() != base.origin()
+        || url.scheme() != base.scheme()
+        || !url.username().is_empty()
+        || url.password().is_some()
+        || url.fragment().is_some()
+    {
+        return leave();
     }
-    if !path.starts_with('/') {
-        return Err("a path starts with /".into());
-    }
-    if path.len() > 2048 {
-        return Err("a path is at most 2048 bytes".into());
-    }
-    let bad = path.contains("//")
-        || path.contains('@')
-        || path.contains('\\')
-        || path.contains('#')
-        || path.contains("://")
-        || path.chars().any(|c| c.is_control() || c.is_whitespace())
-        || path.split(['/', '?']).any(|segment| {
-            segment == ".." || segment == "." || segment.eq_ignore_ascii_case("%2e%2e")
-        })
-        || path.to_ascii_lowercase().contains("%2f")
-        || path.to_ascii_lowercase().contains("%5c");
-    if bad {
-        return Err(format!(
-            "path {:?} may not contain //, @, \\, #, a scheme, . or .. segments, or encoded slashes",
-            path.chars().take(100).collect::<String>()
-        ));
+    let prefix = base.path().trim_end_matches('/');
+    let path = url.path();
+    let under = match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    };
+    if !under {
+        return leave();
     }
     Ok(())
 }
 
-/// The URL a payload asks for under `target`, checked to stay on the target's origin.
-pub fn resolve_url(target: &HttpTarget, path: Option<&str>) -> Result<String, String> {
-    let path = path.unwrap_or("");
-    check_path(path)?;
-    let url = format!("{}{path}", target.base_url.trim_end_matches('/'));
-    let want = tenax_core::outbound::url_origin(&target.base_url).map_err(|e| e.to_string())?;
-    let got = tenax_core::outbound::url_origin(&url).map_err(|e| e.to_string())?;
-    if want != got {
-        return Err(format!("path {path:?} would leave the target's host"));
+/// The headers of a request: `Content-Type: application/json` when there is a body,
+/// then the task's headers (which replace that default; a name given twice, in any
+/// case, is refused), then the target's, then the idempotency key. Each name is sent
+/// once.
+fn request_headers(
+    target: &HttpTarget,
+    payload: &HttpPayload,
+    key: &str,
+) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::new();
+    if payload.body.is_some() {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
-    Ok(url)
+    let mut given = HashSet::new();
+    for (name, value) in &payload.headers {
+        let lower = name.to_ascii_lowercase();
+        if RESERVED.contains(&lower.as_str())
+            || target.headers.keys().any(|h| h.eq_ignore_ascii_case(name))
+        {
+            return Err(format!("header {name:?} cannot be set by a task"));
+        }
+        if !given.insert(lower) {
+            return Err(format!("header {name:?} is given twice"));
+        }
+        let (name, value) = header_pair(name, value)?;
+        headers.insert(name, value);
+    }
+    for (name, value) in &target.headers {
+        let (name, value) = header_pair(name, value)?;
+        headers.insert(name, value);
+    }
+    let key =
+        HeaderValue::from_str(key).map_err(|_| "the idempotency key is not a header value")?;
+    headers.insert(HeaderName::from_static("idempotency-key"), key);
+    Ok(headers)
 }
 
 /// The `http` command: register it with the targets it may call.
@@ -167,32 +209,23 @@ impl HttpKind {
     ) -> Result<Value, CommandError> {
         let url = resolve_url(target, path).map_err(CommandError::permanent)?;
         let method = method(method_name).map_err(CommandError::permanent)?;
+        let headers = request_headers(target, payload, task.idempotency_key())
+            .map_err(CommandError::permanent)?;
         let mut request = self
             .client
-            .request(method, &url)
+            .request(method, url.clone())
             .timeout(target.timeout)
-            .header("Idempotency-Key", task.idempotency_key());
-        for (name, value) in &payload.headers {
-            if RESERVED.contains(&name.to_ascii_lowercase().as_str())
-                || target.headers.keys().any(|h| h.eq_ignore_ascii_case(name))
-            {
-                return Err(CommandError::permanent(format!(
-                    "header {name:?} cannot be set by a task"
-                )));
-            }
-            let (name, value) = header_pair(name, value).map_err(CommandError::permanent)?;
-            request = request.header(name, value);
-        }
-        for (name, value) in &target.headers {
-            let (name, value) = header_pair(name, value).map_err(CommandError::permanent)?;
-            request = request.header(name, value);
-        }
+            .headers(headers);
         if let Some(body) = &payload.body {
-            request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.to_string());
+            request = request.body(body.to_string());
         }
-        let mut response = match request.send().await {
+        let request = request
+            .build()
+            .map_err(|e| CommandError::permanent(format!("{url}: {}", deliver::error_chain(&e))))?;
+        // The last check before sending: the URL the request carries is under the
+        // target's base URL.
+        stays_under(&target.base_url, request.url()).map_err(CommandError::permanent)?;
+        let mut response = match self.client.execute(request).await {
             Ok(response) => response,
             Err(e) => {
                 return Err(CommandError::retryable(format!(
@@ -300,15 +333,19 @@ mod tests {
         }
     }
 
+    fn resolved(t: &HttpTarget, path: Option<&str>) -> Result<String, String> {
+        resolve_url(t, path).map(String::from)
+    }
+
     #[test]
     fn a_path_cannot_leave_the_target() {
         let t = target("https://api.example.com/v1/");
         assert_eq!(
-            resolve_url(&t, Some("/charges?x=1")).as_deref(),
+            resolved(&t, Some("/charges?x=1")).as_deref(),
             Ok("https://api.example.com/v1/charges?x=1")
         );
         assert_eq!(
-            resolve_url(&t, None).as_deref(),
+            resolved(&t, None).as_deref(),
             Ok("https://api.example.com/v1")
         );
         for bad in [
@@ -330,5 +367,85 @@ mod tests {
         }
         let port = target("http://127.0.0.1:8080");
         assert!(resolve_url(&port, Some(":9999/x")).is_err());
+    }
+
+    /// Every spelling of dot and slash, as the URL library would resolve them: each
+    /// string is refused, and none that is accepted resolves outside the base path.
+    #[test]
+    fn mixed_and_encoded_dot_segments_cannot_leave_the_base_path() {
+        let t = target("http://127.0.0.1:9/api");
+        // As reported: the URL library alone resolves each outside the base path.
+        for bad in ["/.%2e/x", "/%2E./x", "/.%2e", "/.%2e/.%2e/.%2e/etc/passwd"] {
+            assert!(resolve_url(&t, Some(bad)).is_err(), "{bad}");
+            let naive = Url::parse(&format!("http://127.0.0.1:9/api{bad}")).unwrap();
+            assert!(stays_under(&t.base_url, &naive).is_err(), "{bad}: {naive}");
+        }
+        for bad in ["/x/.%2e", "/x/%2e.", "/x/.%2E/y", "/x/%2E%2e"] {
+            assert!(resolve_url(&t, Some(bad)).is_err(), "{bad}");
+        }
+        let dots = [".", "%2e", "%2E", "%252e", "%252E"];
+        let slashes = ["/", "%2f", "%2F", "%252f", "\\", "%5c", "%5C", "%255c"];
+        let mut tried = 0;
+        for a in dots {
+            for b in dots {
+                for s in slashes {
+                    for path in [
+                        format!("/{a}{b}{s}x"),
+                        format!("/x{s}{a}{b}{s}{a}{b}{s}etc{s}passwd"),
+                        format!("/x/{a}{b}"),
+                        format!("/{a}{s}x"),
+                    ] {
+                        tried += 1;
+                        assert!(resolve_url(&t, Some(&path)).is_err(), "{path}");
+                    }
+                }
+            }
+        }
+        assert_eq!(tried, 5 * 5 * 8 * 4);
+    }
+
+    #[test]
+    fn the_base_path_is_a_whole_segment_prefix() {
+        let base = "http://h.example/api";
+        let under = |u: &str| stays_under(base, &Url::parse(u).unwrap()).is_ok();
+        assert!(under("http://h.example/api"));
+        assert!(under("http://h.example/api/"));
+        assert!(under("http://h.example/api/x/y?z"));
+        assert!(!under("http://h.example/apix"));
+        assert!(!under("http://h.example/"));
+        assert!(!under("http://h.example/x"));
+        assert!(!under("https://h.example/api/x"));
+        assert!(!under("http://h.example:81/api/x"));
+        assert!(!under("http://evil.example/api/x"));
+        assert!(!under("http://u@h.example/api/x"));
+        let root = "http://h.example";
+        assert!(stays_under(root, &Url::parse("http://h.example/any/thing").unwrap()).is_ok());
+    }
+
+    fn payload(headers: &[(&str, &str)], body: bool) -> HttpPayload {
+        HttpPayload {
+            target: "t".into(),
+            path: None,
+            body: body.then(|| serde_json::json!({"a": 1})),
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_task_content_type_replaces_the_default_and_names_are_sent_once() {
+        let t = target("http://h.example/api");
+        for name in ["Content-Type", "content-type", "CONTENT-TYPE"] {
+            let headers = request_headers(&t, &payload(&[(name, "text/csv")], true), "k").unwrap();
+            let types: Vec<_> = headers.get_all(CONTENT_TYPE).iter().collect();
+            assert_eq!(types, ["text/csv"], "{name}");
+        }
+        let headers = request_headers(&t, &payload(&[], true), "k").unwrap();
+        assert_eq!(headers[CONTENT_TYPE], "application/json");
+        let twice = payload(&[("X-A", "1"), ("x-a", "2")], false);
+        assert!(request_headers(&t, &twice, "k").is_err());
+        assert!(request_headers(&t, &payload(&[("Idempotency-Key", "x")], false), "k").is_err());
     }
 }

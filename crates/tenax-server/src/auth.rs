@@ -1,6 +1,6 @@
 //! Bearer tokens, roles, and the layer that checks them before any handler runs.
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, Method};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use serde::Deserialize;
@@ -122,7 +122,8 @@ fn access_of(method: &Method, path: &str) -> Access {
         .map_or(Access::Admin, |r| r.access)
 }
 
-/// The route layer: 401 without a valid token, 403 for a role that may not; the caller
+/// The route layer: 400 for more than one `Authorization` header, 401 without a valid
+/// token, 403 for a role that may not; the caller
 /// is put in the request's extensions for the handlers (audit actor).
 pub(crate) async fn require_token(
     State(state): State<AppState>,
@@ -137,6 +138,20 @@ pub(crate) async fn require_token(
     let access = access_of(request.method(), &path);
     if access == Access::Open {
         return Ok(next.run(request).await);
+    }
+    // Two credentials are ambiguous: a proxy and this server could each read another.
+    if request
+        .headers()
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .count()
+        > 1
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "more than one Authorization header: send exactly one",
+        ));
     }
     let caller = if state.inner.tokens.is_empty() {
         Caller {

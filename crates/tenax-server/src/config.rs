@@ -63,6 +63,9 @@ pub struct ServerConfig {
     /// The targets of the `http` kind this deployment declares. When not empty, an
     /// `http` task naming another target is refused at enqueue (422).
     pub http_targets: BTreeSet<String>,
+    /// The program names of the `exec` kind's allow-list. When not empty, an `exec` task
+    /// naming another program is refused at enqueue (422).
+    pub exec_programs: BTreeSet<String>,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +82,7 @@ impl Default for ServerConfig {
             batch_max: 100,
             callback_allow_hosts: Vec::new(),
             http_targets: BTreeSet::new(),
+            exec_programs: BTreeSet::new(),
         }
     }
 }

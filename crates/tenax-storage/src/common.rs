@@ -168,16 +168,69 @@ pub(crate) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.min(MAX_DELAY).as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Errors are stored up to [`crate::ERROR_MAX_BYTES`], cut at a character boundary.
+/// What stands in for a NUL character in text written from outside: U+FFFD, the
+/// replacement character. PostgreSQL's text cannot hold a NUL, so without this an
+/// outcome holding one (a response body, say) could not be written there at all; it
+/// is replaced on every backend, so each stores and answers the same text.
+pub const NUL_REPLACEMENT: char = '\u{FFFD}';
+
+/// Text from outside (an error, a result, a response body or header within them) made
+/// storable on every backend: each NUL character becomes [`NUL_REPLACEMENT`]. (A JSON
+/// result's escaped `\u0000` is six plain characters and stays as it is.) Applied by
+/// every backend's outcome writes before they write.
+pub(crate) fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// An error as stored: [`storable`], then cut at a character boundary to
+/// [`crate::ERROR_MAX_BYTES`] (an ellipsis marks the cut).
 pub(crate) fn truncate_error(error: &str) -> String {
+    let error = storable(error);
     if error.len() <= crate::ERROR_MAX_BYTES {
-        return error.to_owned();
+        return error.into_owned();
     }
     let mut end = crate::ERROR_MAX_BYTES;
     while !error.is_char_boundary(end) {
         end -= 1;
     }
     format!("{}…", &error[..end])
+}
+
+/// A completion with its result [`storable`] (borrowed as it is when it already was).
+pub(crate) fn storable_completion(
+    params: &crate::TaskCompleteParams,
+) -> std::borrow::Cow<'_, crate::TaskCompleteParams> {
+    match params.result.as_deref().map(storable) {
+        Some(std::borrow::Cow::Owned(result)) => {
+            std::borrow::Cow::Owned(crate::TaskCompleteParams {
+                result: Some(result),
+                ..params.clone()
+            })
+        }
+        _ => std::borrow::Cow::Borrowed(params),
+    }
+}
+
+/// A batch of completions with every result [`storable`].
+pub(crate) fn storable_completions(
+    params: &[crate::TaskCompleteParams],
+) -> std::borrow::Cow<'_, [crate::TaskCompleteParams]> {
+    if !params
+        .iter()
+        .any(|p| p.result.as_deref().is_some_and(|r| r.contains('\0')))
+    {
+        return std::borrow::Cow::Borrowed(params);
+    }
+    std::borrow::Cow::Owned(
+        params
+            .iter()
+            .map(|p| storable_completion(p).into_owned())
+            .collect(),
+    )
 }
 
 pub(crate) fn json_list<T: serde::Serialize>(items: &[T]) -> String {

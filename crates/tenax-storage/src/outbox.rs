@@ -305,8 +305,9 @@ pub(crate) fn settle_parts(
 }
 
 fn truncate(text: &str) -> String {
+    let text = crate::common::storable(text);
     if text.len() <= OUTBOX_ERROR_MAX_BYTES {
-        return text.to_owned();
+        return text.into_owned();
     }
     let mut end = OUTBOX_ERROR_MAX_BYTES;
     while !text.is_char_boundary(end) {

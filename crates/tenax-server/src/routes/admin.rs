@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::model::*;
 use crate::routes::secrets;
-use crate::routes::tasks::check_command_type;
+use crate::routes::tasks::{check_command_type, check_kind_payload};
 use crate::state::AppState;
 
 /// Record an operator action in the audit trail (who, what, on what). A failure to
@@ -156,6 +156,7 @@ pub(crate) async fn create_schedule(
     ApiJson(req): ApiJson<ScheduleRequest>,
 ) -> Result<(StatusCode, Json<ScheduleView>), ApiError> {
     check_command_type(&state, &req.command_type)?;
+    check_kind_payload(&state, &req.command_type, &req.payload)?;
     let mut schedule = match (&req.cron, req.every_secs) {
         (Some(cron), None) => Schedule::cron(&req.name, cron),
         (None, Some(secs)) if secs > 0 && secs <= 366 * 24 * 3600 => {

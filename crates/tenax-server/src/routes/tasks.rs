@@ -61,8 +61,8 @@ pub(crate) fn check_command_type(state: &AppState, command_type: &str) -> Result
     .field("command_type"))
 }
 
-/// Refuse a `callback_url` outside the allow-list, and an `http` task naming a target
-/// the deployment does not declare.
+/// Refuse a `callback_url` outside the allow-list, an `http` task naming a target the
+/// deployment does not declare, and an `http` task whose path could leave its target.
 fn check_outbound(state: &AppState, req: &EnqueueRequest) -> Result<(), ApiError> {
     if let Some(url) = &req.callback_url {
         let allow = tenax_core::outbound::HostAllowList::new(
@@ -77,23 +77,119 @@ fn check_outbound(state: &AppState, req: &EnqueueRequest) -> Result<(), ApiError
             .field("callback_url"));
         }
     }
-    let targets = &state.config().http_targets;
-    if req.command_type == "http" && !targets.is_empty() {
-        let target = req.payload.get("target").and_then(|t| t.as_str());
-        if !target.is_some_and(|t| targets.contains(t)) {
-            let shown: String = target.unwrap_or("").chars().take(100).collect();
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "unknown_http_target",
-                format!(
-                    "payload.target {shown:?} is not a configured http target (configured: {})",
-                    targets.iter().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            )
-            .field("payload.target"));
+    check_kind_payload(state, &req.command_type, &req.payload)
+}
+
+/// What can be known at enqueue of a task (or schedule) of a built-in kind: an `http`
+/// task's target and path, an `exec` task's program and arguments.
+pub(crate) fn check_kind_payload(
+    state: &AppState,
+    command_type: &str,
+    payload: &serde_json::Value,
+) -> Result<(), ApiError> {
+    match command_type {
+        "http" => check_http_task(state, payload),
+        "exec" => check_exec_task(state, payload),
+        _ => Ok(()),
+    }
+}
+
+/// Refuse an `exec` task whose program is not a name on the allow-list, or whose
+/// arguments are not a list of strings a program can receive (no NUL). Only where the
+/// `exec` kind is configured: elsewhere `exec` may be an application's own command.
+fn check_exec_task(state: &AppState, payload: &serde_json::Value) -> Result<(), ApiError> {
+    let programs = &state.config().exec_programs;
+    if programs.is_empty() {
+        return Ok(());
+    }
+    let program = payload.get("program").and_then(|p| p.as_str());
+    let Some(program) = program else {
+        return Err(ApiError::invalid("payload.program: must be a string").field("payload.program"));
+    };
+    if !programs.contains(program) {
+        let shown: String = program.chars().take(100).collect();
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_exec_program",
+            format!(
+                "payload.program {shown:?} is not on the exec allow-list (allowed: {})",
+                programs.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .field("payload.program"));
+    }
+    match payload.get("args") {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(serde_json::Value::Array(args)) => {
+            for (i, arg) in args.iter().enumerate() {
+                let field = format!("payload.args[{i}]");
+                match arg.as_str() {
+                    Some(text) if !text.contains('\0') => {}
+                    Some(_) => {
+                        return Err(ApiError::invalid(format!(
+                            "{field}: a program argument cannot hold a NUL character"
+                        ))
+                        .field(field))
+                    }
+                    None => {
+                        return Err(
+                            ApiError::invalid(format!("{field}: must be a string")).field(field)
+                        )
+                    }
+                }
+            }
+            Ok(())
+        }
+        Some(_) => {
+            Err(ApiError::invalid("payload.args: must be a list of strings").field("payload.args"))
         }
     }
-    Ok(())
+}
+
+/// Refuse an `http` task (or schedule) naming a target the deployment does not declare,
+/// or whose path could leave its target. Only where the `http` kind has targets.
+fn check_http_task(state: &AppState, payload: &serde_json::Value) -> Result<(), ApiError> {
+    let targets = &state.config().http_targets;
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let target = payload.get("target").and_then(|t| t.as_str());
+    if !target.is_some_and(|t| targets.contains(t)) {
+        let shown: String = target.unwrap_or("").chars().take(100).collect();
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_http_target",
+            format!(
+                "payload.target {shown:?} is not a configured http target (configured: {})",
+                targets.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .field("payload.target"));
+    }
+    check_http_path(payload.get("path"))
+}
+
+/// Refuse an `http` task's `payload.path` that could leave its target's base path: the
+/// check the `http` kind runs again before sending.
+fn check_http_path(path: Option<&serde_json::Value>) -> Result<(), ApiError> {
+    let refused = |message: String| {
+        Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "http_path_refused",
+            format!("payload.path: {message}"),
+        )
+        .field("payload.path"))
+    };
+    match path {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(serde_json::Value::String(path)) => {
+            match tenax_core::outbound::check_task_path(path) {
+                Ok(()) => Ok(()),
+                Err(refused_path) => refused(refused_path.to_string()),
+            }
+        }
+        Some(_) => refused("must be a string".to_owned()),
+    }
 }
 
 /// Turn a request into insert parameters, checking every field.

@@ -1477,6 +1477,7 @@ impl Storage for MySqlStorage {
     }
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        let params = &*crate::common::storable_completion(params);
         retrying(|| self.complete_once(params)).await
     }
 
@@ -1693,6 +1694,7 @@ impl Storage for MySqlStorage {
         &self,
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>> {
+        let params = &*crate::common::storable_completions(params);
         crate::common::check_complete_many(params)?;
         if params.is_empty() {
             return Ok(Vec::new());

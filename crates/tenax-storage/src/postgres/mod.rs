@@ -746,6 +746,7 @@ impl Storage for PgStorage {
     }
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        let params = &*crate::common::storable_completion(params);
         self.timed(async {
             let mut tx = self.begin().await?;
             let Some(woke) = complete_in(&mut tx, params).await? else {
@@ -1147,6 +1148,7 @@ impl Storage for PgStorage {
         &self,
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>> {
+        let params = &*crate::common::storable_completions(params);
         crate::common::check_complete_many(params)?;
         if params.is_empty() {
             return Ok(Vec::new());

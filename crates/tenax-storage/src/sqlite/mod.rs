@@ -684,6 +684,7 @@ impl Storage for SqliteStorage {
     }
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
+        let params = &*crate::common::storable_completion(params);
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         let Some(woke) = complete_in(&mut tx, params, now).await? else {
@@ -1149,6 +1150,7 @@ impl Storage for SqliteStorage {
         &self,
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>> {
+        let params = &*crate::common::storable_completions(params);
         crate::common::check_complete_many(params)?;
         if params.is_empty() {
             return Ok(Vec::new());

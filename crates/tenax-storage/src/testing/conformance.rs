@@ -24,6 +24,7 @@ pub use super::events::*;
 pub use super::keys::*;
 pub use super::observability::*;
 pub use super::outbox::*;
+pub use super::outcomes::*;
 pub use super::queues::*;
 pub use super::rates::*;
 pub use super::runtime::*;

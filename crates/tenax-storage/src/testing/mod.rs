@@ -27,6 +27,7 @@ mod faults;
 mod keys;
 mod observability;
 mod outbox;
+mod outcomes;
 mod queues;
 mod rates;
 pub mod runtime;
@@ -336,6 +337,7 @@ macro_rules! conformance_tests {
                 concurrent_transitions_are_sequenced_gapless_and_in_order_per_task,
                 pruning_removes_a_delivered_prefix_and_records_it,
                 invalid_event_inputs_are_refused_and_change_nothing,
+                a_nul_in_an_outcome_is_stored_escaped_and_the_task_ends,
             );
         }
     };
