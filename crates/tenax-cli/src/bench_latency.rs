@@ -1,7 +1,10 @@
 //! `tenax bench latency`: an idle worker in its own process; tasks enqueued one at a
 //! time at a fixed rate; enqueue→start measured from the database's own timestamps
 //! (`created_at` of the insert, `started_at` of the claim), so no clock of this
-//! process takes part.
+//! process takes part. With `--in-process`, the worker is a library `Worker` idle in
+//! the producer's process, and each task's latency runs from just before its enqueue
+//! call to its handler's start on the monotonic clock (`bench_library.rs`), beside the
+//! database's figure of the same tasks.
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -11,17 +14,28 @@ use tenax::storage::TaskRef;
 use tenax::Client;
 
 use crate::bench_common::{bench_url, quantile, spawn_worker, wait_finished};
+use crate::bench_library::latency_in_process;
 use crate::parse_duration;
 
 #[derive(Debug, Args)]
 pub(crate) struct LatencyArgs {
-    /// Tasks to measure.
-    #[arg(long, default_value_t = 500)]
-    tasks: usize,
-    /// Tasks enqueued per second, one at a time.
-    #[arg(long, default_value_t = 50)]
-    rate: u32,
-    /// Worker poll interval (wake-ups, not polling, should decide the latency).
+    /// Tasks to measure [default: 1000 with --in-process, else 500].
+    #[arg(long)]
+    tasks: Option<usize>,
+    /// Tasks enqueued per second, one at a time, open loop [default: 200 with
+    /// --in-process, else 50].
+    #[arg(long)]
+    rate: Option<u32>,
+    /// Tasks the worker runs at once [default: 20 with --in-process, else 10].
+    #[arg(long)]
+    concurrency: Option<u32>,
+    /// Run the worker in this process through the library API
+    /// (`WorkerConfig::default()` except the concurrency), and measure from just before
+    /// each enqueue call to its handler's start.
+    #[arg(long)]
+    in_process: bool,
+    /// Worker poll interval of the worker process (wake-ups, not polling, should decide
+    /// the latency); an in-process worker keeps the default.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     poll_interval: Duration,
     /// Print the result as JSON.
@@ -29,38 +43,40 @@ pub(crate) struct LatencyArgs {
     json: bool,
 }
 
+/// Nearest-rank p50, p95, p99 and the maximum of the samples (sorted here).
+fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
+    samples.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "p50": quantile(&samples, 0.50), "p95": quantile(&samples, 0.95),
+        "p99": quantile(&samples, 0.99), "max": samples.last().copied().unwrap_or(f64::NAN),
+    })
+}
+
 pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Result<()> {
-    if args.tasks == 0 || args.rate == 0 {
-        anyhow::bail!("--tasks and --rate must be positive");
+    let tasks = args
+        .tasks
+        .unwrap_or(if args.in_process { 1_000 } else { 500 });
+    let rate = args.rate.unwrap_or(if args.in_process { 200 } else { 50 });
+    let concurrency = args
+        .concurrency
+        .unwrap_or(if args.in_process { 20 } else { 10 });
+    if tasks == 0 || rate == 0 || concurrency == 0 {
+        anyhow::bail!("--tasks, --rate and --concurrency must be positive");
     }
     let (url, _dir) = bench_url(database_url).await?;
     let client = Client::connect(&url).await?;
-    let mut worker = spawn_worker(&url, 10, args.poll_interval)?;
-    // Warm up: the worker is ready once it has run one task.
-    let warm = client
-        .enqueue_raw("NOOP", &serde_json::json!({}))
-        .await?
-        .task;
-    wait_finished(&client, &[warm.id], Duration::from_secs(30)).await?;
-
-    let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate));
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ids = Vec::with_capacity(args.tasks);
-    let started = Instant::now();
-    for _ in 0..args.tasks {
-        ticker.tick().await;
-        ids.push(
-            client
-                .enqueue_raw("NOOP", &serde_json::json!({}))
-                .await?
-                .task
-                .id,
-        );
-    }
-    let enqueue_secs = started.elapsed().as_secs_f64();
-    wait_finished(&client, &ids, Duration::from_secs(60)).await?;
-    worker.kill().await.ok();
+    let (ids, enqueue_secs, call_to_start) = if args.in_process {
+        let stamped = latency_in_process(&client, tasks, rate, concurrency).await?;
+        (
+            stamped.ids,
+            stamped.enqueue_seconds,
+            Some(stamped.call_to_start_ms),
+        )
+    } else {
+        let (ids, secs) =
+            with_worker_process(&client, &url, &args, tasks, rate, concurrency).await?;
+        (ids, secs, None)
+    };
 
     let mut samples = Vec::with_capacity(ids.len());
     for id in &ids {
@@ -78,13 +94,8 @@ pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Re
                 / 1000.0,
         );
     }
-    samples.sort_by(f64::total_cmp);
-    let (p50, p95, p99, max) = (
-        quantile(&samples, 0.50),
-        quantile(&samples, 0.95),
-        quantile(&samples, 0.99),
-        samples.last().copied().unwrap_or(f64::NAN),
-    );
+    let database = percentiles(samples);
+    let call_to_start = call_to_start.map(percentiles);
     let backend = client.storage().backend();
     drop(client);
     crate::bench_common::drop_bench_schema(database_url, false).await?;
@@ -92,26 +103,80 @@ pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Re
         println!(
             "{}",
             serde_json::json!({
-                "bench": "latency", "backend": backend, "tasks": args.tasks,
-                "rate_per_s": args.rate, "enqueue_seconds": enqueue_secs,
-                "enqueue_to_start_ms": {"p50": p50, "p95": p95, "p99": p99, "max": max},
+                "bench": "latency", "backend": backend, "tasks": tasks,
+                "rate_per_s": rate, "concurrency": concurrency,
+                "in_process": args.in_process, "enqueue_seconds": enqueue_secs,
+                "enqueue_to_start_ms": database, "call_to_handler_ms": call_to_start,
+                "accounted": ids.len(),
             })
         );
     } else {
         let mut table = Table::new();
         table.set_header([
-            "backend", "tasks", "rate/s", "p50 ms", "p95 ms", "p99 ms", "max ms",
+            "backend", "measured", "tasks", "rate/s", "p50 ms", "p95 ms", "p99 ms", "max ms",
         ]);
-        table.add_row([
-            backend.to_owned(),
-            args.tasks.to_string(),
-            args.rate.to_string(),
-            format!("{p50:.2}"),
-            format!("{p95:.2}"),
-            format!("{p99:.2}"),
-            format!("{max:.2}"),
-        ]);
-        println!("enqueue→start latency, idle worker in its own process:\n{table}");
+        let mut row = |what: &str, figures: &serde_json::Value| {
+            let ms = |key: &str| format!("{:.2}", figures[key].as_f64().unwrap_or(f64::NAN));
+            table.add_row([
+                backend.to_owned(),
+                what.to_owned(),
+                tasks.to_string(),
+                rate.to_string(),
+                ms("p50"),
+                ms("p95"),
+                ms("p99"),
+                ms("max"),
+            ]);
+        };
+        if let Some(figures) = &call_to_start {
+            row("enqueue call → handler start (monotonic)", figures);
+        }
+        row("created_at → started_at (database)", &database);
+        let worker = if args.in_process {
+            "in this process"
+        } else {
+            "in its own process"
+        };
+        println!("enqueue→start latency, idle worker × {concurrency} {worker}:\n{table}");
     }
     Ok(())
+}
+
+/// The process mode: a `tenax worker` child, warmed up, then `tasks` single enqueues
+/// at `rate`; returns the tasks once all succeeded, and the enqueue phase's length.
+async fn with_worker_process(
+    client: &Client,
+    url: &str,
+    args: &LatencyArgs,
+    tasks: usize,
+    rate: u32,
+    concurrency: u32,
+) -> anyhow::Result<(Vec<tenax::TaskId>, f64)> {
+    let mut worker = spawn_worker(url, concurrency, args.poll_interval)?;
+    // Warm up: the worker is ready once it has run one task.
+    let warm = client
+        .enqueue_raw("NOOP", &serde_json::json!({}))
+        .await?
+        .task;
+    wait_finished(client, &[warm.id], Duration::from_secs(30)).await?;
+
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ids = Vec::with_capacity(tasks);
+    let started = Instant::now();
+    for _ in 0..tasks {
+        ticker.tick().await;
+        ids.push(
+            client
+                .enqueue_raw("NOOP", &serde_json::json!({}))
+                .await?
+                .task
+                .id,
+        );
+    }
+    let enqueue_secs = started.elapsed().as_secs_f64();
+    wait_finished(client, &ids, Duration::from_secs(60)).await?;
+    worker.kill().await.ok();
+    Ok((ids, enqueue_secs))
 }

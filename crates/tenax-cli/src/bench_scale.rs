@@ -7,14 +7,14 @@ use comfy_table::Table;
 use tenax::Client;
 
 use crate::bench_common::{bench_url, drop_bench_schema, BenchDb, Spread};
-use crate::bench_drain::{drain_with_workers, DrainArgs};
+use crate::bench_drain::{drain_with_workers, DrainSetup};
 
 #[derive(Debug, Args)]
 pub(crate) struct ScaleArgs {
     /// Succeeded rows already in the table.
     #[arg(long, default_value_t = 1_000_000)]
     finished: u64,
-    /// Pending tasks to drain (this overrides --tasks).
+    /// Pending tasks to drain.
     #[arg(long, default_value_t = 100_000)]
     pending: u64,
     /// Print the plan of Tenax's claim of --concurrency tasks from the full table
@@ -22,7 +22,7 @@ pub(crate) struct ScaleArgs {
     #[arg(long)]
     explain: bool,
     #[command(flatten)]
-    drain: DrainArgs,
+    drain: DrainSetup,
 }
 
 pub(crate) async fn scale(database_url: &str, args: ScaleArgs) -> anyhow::Result<()> {

@@ -21,6 +21,7 @@ mod bench_delayed;
 mod bench_drain;
 mod bench_enqueue;
 mod bench_latency;
+mod bench_library;
 mod bench_scale;
 mod bench_steady;
 mod bulk;

@@ -9,11 +9,13 @@ use std::process::Command;
 use serde_json::Value;
 use tenax_storage::testing::url_from_env;
 
-fn bench(url: &str, args: &[&str]) -> Value {
+/// Every JSON line `tenax bench ARGS --json` prints (with `--runs 2` when `runs`).
+fn bench_lines(url: &str, args: &[&str], runs: bool) -> Vec<Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_tenax"))
         .args(["--database-url", url, "bench"])
         .args(args)
-        .args(["--runs", "2", "--json"])
+        .args(if runs { &["--runs", "2"][..] } else { &[] })
+        .arg("--json")
         .env("TENAX_LOG", "error")
         .output()
         .expect("tenax runs");
@@ -23,8 +25,26 @@ fn bench(url: &str, args: &[&str]) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let line = stdout.lines().last().expect("a JSON line");
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}")))
+        .collect();
+    assert!(!lines.is_empty(), "no JSON line: {stdout}");
+    lines
+}
+
+/// The last JSON line of `tenax bench ARGS --runs 2 --json`.
+fn bench(url: &str, args: &[&str]) -> Value {
+    bench_lines(url, args, true).pop().unwrap()
+}
+
+/// The 0 ≤ p50 ≤ p95 ≤ p99 ≤ max of a latency figure (all present).
+fn ordered_percentiles(value: &Value, key: &str) {
+    let p = |q: &str| value[key][q].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        0.0 <= p("p50") && p("p50") <= p("p95") && p("p95") <= p("p99") && p("p99") <= p("max"),
+        "{key} is not a set of ordered percentiles: {value}"
+    );
 }
 
 fn positive(value: &Value, key: &str) {
@@ -52,12 +72,65 @@ fn all_subcommands(url: &str, postgres: bool) {
     positive(&batch, "batch_per_s");
     positive(&batch, "ratio");
 
+    // As a library user would: one line per concurrency, each run counted by its
+    // handlers and by the stats, or the command fails.
+    let levels = bench_lines(
+        url,
+        &[
+            "drain",
+            "--tasks",
+            "120",
+            "--concurrency",
+            "2,5",
+            "--in-process",
+        ],
+        true,
+    );
+    assert_eq!(levels.len(), 2, "{levels:?}");
+    for (line, concurrency) in levels.iter().zip([2, 5]) {
+        assert_eq!(line["concurrency"], concurrency, "{line}");
+        assert_eq!(line["in_process"], true);
+        assert_eq!(line["accounted"], 240);
+        assert_eq!(line["repeats"], 0, "{line}");
+        positive(line, "tasks_per_s");
+        positive(line, "db_clock_per_s");
+        positive(line, "enqueue_per_s");
+        positive(line, "baseline_per_s");
+        positive(line, "ratio");
+    }
+
     let in_process = bench(
         url,
-        &["drain", "--tasks", "50", "--workers", "2", "--in-process"],
+        &[
+            "drain",
+            "--tasks",
+            "50",
+            "--workers",
+            "2",
+            "--concurrency",
+            "3",
+            "--in-process",
+        ],
     );
     assert_eq!(in_process["accounted"], 100);
     assert_eq!(in_process["in_process"], true);
+
+    let latency = bench_lines(
+        url,
+        &["latency", "--in-process", "--tasks", "25", "--rate", "200"],
+        false,
+    );
+    let latency = &latency[0];
+    assert_eq!(latency["accounted"], 25);
+    assert_eq!(latency["concurrency"], 20);
+    ordered_percentiles(latency, "call_to_handler_ms");
+    ordered_percentiles(latency, "enqueue_to_start_ms");
+
+    let latency = bench_lines(url, &["latency", "--tasks", "10", "--rate", "100"], false);
+    assert_eq!(latency[0]["accounted"], 10);
+    assert_eq!(latency[0]["in_process"], false);
+    assert!(latency[0]["call_to_handler_ms"].is_null(), "{}", latency[0]);
+    ordered_percentiles(&latency[0], "enqueue_to_start_ms");
 
     let enqueue = bench(
         url,
