@@ -19,16 +19,16 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use sqlx::{Row, Sqlite, Transaction};
 use tenax_core::{
-    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
-    TaskStatus,
+    AttemptOutcome, AttemptRecord, InvalidInput, TaskId, TaskKind, TaskRecord, TaskStatus,
 };
 use tokio::sync::watch;
 
 use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, json_list, offers_nothing, refusal,
-    sort_in_claim_order, split_ref, stale_compensation, truncate_error, validate_insert,
+    compensated_epoch, duration_ms, json_list, offers_nothing, refusal, sort_in_claim_order,
+    split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
+use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -229,77 +229,6 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
     }
 }
 
-/// Insert the compensation task of `dead`, a task that just died.
-async fn schedule_compensation(
-    tx: &mut Transaction<'static, Sqlite>,
-    dead: &TaskRecord,
-    now: i64,
-) -> Result<()> {
-    let task_no = compensation_task_no(dead);
-    sqlx::query(
-        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
-             queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
-             updated_at)
-         VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (task_no) DO NOTHING",
-    )
-    .bind(task_no)
-    .bind(dead.id.0)
-    .bind(&dead.command_type)
-    .bind(&dead.payload)
-    .bind(i64::from(dead.payload_version))
-    .bind(&dead.queue)
-    .bind(i64::from(dead.priority.get()))
-    .bind(i64::from(dead.max_attempts))
-    .bind(now)
-    .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
-    .bind(&dead.last_error)
-    .bind(now)
-    .bind(now)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// Record what a finished compensation task means for the task it compensates.
-async fn record_compensation(
-    tx: &mut Transaction<'static, Sqlite>,
-    parent: Option<TaskId>,
-    state: CompensationState,
-    now: i64,
-) -> Result<()> {
-    let Some(parent) = parent else {
-        return Ok(());
-    };
-    sqlx::query(
-        "UPDATE tenax_tasks SET compensation = ?, updated_at = ?
-         WHERE id = ? AND compensation = 'pending'",
-    )
-    .bind(state.as_str())
-    .bind(now)
-    .bind(parent.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// After a task died: schedule its compensation, or, for a compensation task, record
-/// that the compensation failed.
-async fn on_death(
-    tx: &mut Transaction<'static, Sqlite>,
-    dead: &TaskRecord,
-    now: i64,
-) -> Result<()> {
-    match dead.kind {
-        TaskKind::Execute => schedule_compensation(tx, dead, now).await,
-        TaskKind::Compensate => {
-            record_compensation(tx, dead.parent_id, CompensationState::Failed, now).await
-        }
-    }
-}
-
 /// Complete one leased task inside `tx` at `now`, as
 /// [`Storage::task_complete_if_leased`] does: `None` (and nothing written) when the
 /// lease was lost, else whether tasks that depend on it became due.
@@ -327,10 +256,8 @@ async fn complete_in(
     };
     let task = task_from_row(&row)?;
     close_attempt(tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
-    if task.kind == TaskKind::Compensate {
-        record_compensation(tx, task.parent_id, params.compensation, now).await?;
-    }
-    Ok(Some(workflows::after_finish(tx, &task, now).await?))
+    let woke = flow::completed(&mut **tx, &task, params.compensation, ms(now)?).await?;
+    Ok(Some(woke))
 }
 
 /// Complete, inside `tx`, the plain tasks among `items` (neither a workflow's task nor
@@ -750,12 +677,7 @@ impl Storage for SqliteStorage {
             AttemptOutcome::Failed
         };
         close_attempt(&mut tx, params.lease, outcome, Some(&error), now).await?;
-        if dead {
-            on_death(&mut tx, &task, now).await?;
-        }
-        if task.status.is_finished() {
-            workflows::after_finish(&mut tx, &task, now).await?;
-        }
+        flow::ended(&mut *tx, &task, ms(now)?).await?;
         tx.commit().await.map_err(map_err)?;
         self.wake();
         Ok(true)
@@ -803,12 +725,7 @@ impl Storage for SqliteStorage {
                 now,
             )
             .await?;
-            if task.status == TaskStatus::Dead {
-                on_death(&mut tx, task, now).await?;
-            }
-            if task.status.is_finished() {
-                workflows::after_finish(&mut tx, task, now).await?;
-            }
+            flow::ended(&mut *tx, task, ms(now)?).await?;
         }
         tx.commit().await.map_err(map_err)?;
         if !tasks.is_empty() {
@@ -842,7 +759,7 @@ impl Storage for SqliteStorage {
         match row {
             Some(row) => {
                 let task = task_from_row(&row)?;
-                let woke = workflows::after_finish(&mut tx, &task, now).await?;
+                let woke = flow::after_finish(&mut *tx, &task, ms(now)?).await?;
                 tx.commit().await.map_err(map_err)?;
                 if woke {
                     self.wake();
@@ -1084,7 +1001,7 @@ impl Storage for SqliteStorage {
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
         let mut tx = self.begin().await?;
-        let detail = workflows::insert(&mut tx, params).await?;
+        let detail = flow::insert(&mut *tx, params).await?;
         tx.commit().await.map_err(map_err)?;
         self.wake();
         Ok(detail)
