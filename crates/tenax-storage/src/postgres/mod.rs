@@ -24,20 +24,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};
 use sqlx::{Postgres, Row, Transaction};
 use tenax_core::{
-    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
-    TaskStatus,
+    AttemptOutcome, AttemptRecord, InvalidInput, TaskId, TaskKind, TaskRecord, TaskStatus,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, offers_nothing, refusal, split_ref,
-    stale_compensation, truncate_error, validate_insert,
+    compensated_epoch, duration_ms, offers_nothing, refusal, split_ref, stale_compensation,
+    truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
+use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -385,11 +385,21 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
 
 const NOW: &str = "COALESCE($1::timestamptz, now())";
 
-async fn notify(tx: &mut Transaction<'static, Postgres>, queue: &str) -> Result<()> {
+/// The caller's override, else the transaction's `now()`, for a transaction whose
+/// statements need the time as a value.
+async fn clock(conn: &mut PgConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+    sqlx::query_scalar(&format!("SELECT {NOW}"))
+        .bind(now)
+        .fetch_one(conn)
+        .await
+        .map_err(map_err)
+}
+
+async fn notify(conn: &mut PgConnection, queue: &str) -> Result<()> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(WAKE_CHANNEL)
         .bind(queue)
-        .execute(&mut **tx)
+        .execute(conn)
         .await
         .map_err(map_err)?;
     Ok(())
@@ -468,13 +478,10 @@ async fn complete_in(
         None,
     )
     .await?;
-    if task.kind == TaskKind::Compensate {
-        record_compensation(tx, params.now, task.parent_id, params.compensation).await?;
-    }
     // Only a workflow's tasks (and compensations, which may belong to a saga) move
     // other tasks.
     let woke = if workflow.is_some() || task.kind == TaskKind::Compensate {
-        workflows::after_finish(tx, params.now, &task).await?
+        flow::completed(&mut **tx, &task, params.compensation, written_at(&task)).await?
     } else {
         false
     };
@@ -543,66 +550,12 @@ async fn held_leases(
     .map_err(map_err)
 }
 
-/// Record what a finished compensation means for the task it compensates.
-async fn record_compensation(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    parent: Option<TaskId>,
-    state: CompensationState,
-) -> Result<()> {
-    let Some(parent) = parent else {
-        return Ok(());
-    };
-    sqlx::query(&format!(
-        "UPDATE tenax_tasks SET compensation = $2, updated_at = {NOW}
-         WHERE id = $3 AND compensation = 'pending'"
-    ))
-    .bind(now)
-    .bind(state.as_str())
-    .bind(parent.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// After a task died: schedule its compensation (a linked task, in this transaction),
-/// or, for a compensation task, record that the compensation failed.
-async fn on_death(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    dead: &TaskRecord,
-) -> Result<()> {
-    match dead.kind {
-        TaskKind::Execute => {
-            sqlx::query(&format!(
-                "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
-                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at,
-                     payload_version)
-                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW},
-                         $11)
-                 ON CONFLICT (task_no) DO NOTHING"
-            ))
-            .bind(now)
-            .bind(compensation_task_no(dead))
-            .bind(dead.id.0)
-            .bind(&dead.command_type)
-            .bind(&dead.payload)
-            .bind(&dead.queue)
-            .bind(i16::from(dead.priority.get()))
-            .bind(i32::try_from(dead.max_attempts).unwrap_or(i32::MAX))
-            .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
-            .bind(&dead.last_error)
-            .bind(i32::try_from(dead.payload_version).unwrap_or(i32::MAX))
-            .execute(&mut **tx)
-            .await
-            .map_err(map_err)?;
-            notify(tx, &dead.queue).await
-        }
-        TaskKind::Compensate => {
-            record_compensation(tx, now, dead.parent_id, CompensationState::Failed).await
-        }
-    }
+/// The time the transaction that wrote `task` takes: its statements write
+/// `COALESCE($1, now())`, the caller's override or the transaction's start, and the
+/// statement that wrote `task` stored it as its `updated_at`. The workflow and
+/// compensation decisions take it from there, without another round trip.
+fn written_at(task: &TaskRecord) -> DateTime<Utc> {
+    task.updated_at
 }
 
 #[async_trait]
@@ -815,14 +768,10 @@ impl Storage for PgStorage {
                 AttemptOutcome::Failed
             };
             close_attempt(&mut tx, params.now, params.lease, outcome, Some(&error)).await?;
-            if dead {
-                on_death(&mut tx, params.now, &task).await?;
-            } else if delay_ms == 0 && task.status == TaskStatus::Retrying {
+            if delay_ms == 0 && task.status == TaskStatus::Retrying {
                 notify(&mut tx, &task.queue).await?;
             }
-            if task.status.is_finished() {
-                workflows::after_finish(&mut tx, params.now, &task).await?;
-            }
+            flow::ended(&mut *tx, &task, written_at(&task)).await?;
             tx.commit().await.map_err(map_err)?;
             self.wake();
             Ok(true)
@@ -873,14 +822,10 @@ impl Storage for PgStorage {
                     task.last_error.as_deref(),
                 )
                 .await?;
-                if task.status == TaskStatus::Dead {
-                    on_death(&mut tx, params.now, task).await?;
-                } else {
+                if task.status != TaskStatus::Dead {
                     notify(&mut tx, &task.queue).await?;
                 }
-                if task.status.is_finished() {
-                    workflows::after_finish(&mut tx, params.now, task).await?;
-                }
+                flow::ended(&mut *tx, task, written_at(task)).await?;
             }
             tx.commit().await.map_err(map_err)?;
             if !tasks.is_empty() {
@@ -915,7 +860,7 @@ impl Storage for PgStorage {
             .map_err(map_err)?;
             if let Some(row) = row {
                 let task = task_from_row(&row)?;
-                let woke = workflows::after_finish(&mut tx, params.now, &task).await?;
+                let woke = flow::after_finish(&mut *tx, &task, written_at(&task)).await?;
                 tx.commit().await.map_err(map_err)?;
                 if woke {
                     self.wake();
@@ -1064,7 +1009,7 @@ impl Storage for PgStorage {
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
         self.timed(async {
             let mut tx = self.begin().await?;
-            let detail = workflows::insert(&mut tx, params).await?;
+            let detail = flow::insert(&mut *tx, params).await?;
             tx.commit().await.map_err(map_err)?;
             self.wake();
             Ok(detail)
