@@ -38,10 +38,10 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensation_task_no, offers_nothing, refusal, sort_in_claim_order, truncate_error,
-    validate_insert,
+    offers_nothing, refusal, sort_in_claim_order, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
+use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -540,79 +540,6 @@ async fn fetch_ids(tx: &mut Transaction<'static, MySql>, ids: &[i64]) -> Result<
     rows.iter().map(task_from_row).collect()
 }
 
-/// Insert the compensation task of `dead`, a task that just died.
-async fn schedule_compensation(
-    tx: &mut Transaction<'static, MySql>,
-    dead: &TaskRecord,
-    now: DbTime,
-) -> Result<()> {
-    let task_no = compensation_task_no(dead);
-    // `ON DUPLICATE KEY UPDATE id = id` changes nothing: the compensation of this death
-    // exists already.
-    sqlx::query(
-        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
-             queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
-             updated_at)
-         VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
-         ON DUPLICATE KEY UPDATE id = id",
-    )
-    .bind(task_no)
-    .bind(dead.id.0)
-    .bind(&dead.command_type)
-    .bind(&dead.payload)
-    .bind(i64::from(dead.payload_version))
-    .bind(&dead.queue)
-    .bind(i64::from(dead.priority.get()))
-    .bind(i64::from(dead.max_attempts))
-    .bind(now)
-    .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
-    .bind(&dead.last_error)
-    .bind(now)
-    .bind(now)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// Record what a finished compensation task means for the task it compensates.
-async fn record_compensation(
-    tx: &mut Transaction<'static, MySql>,
-    parent: Option<TaskId>,
-    state: CompensationState,
-    now: DbTime,
-) -> Result<()> {
-    let Some(parent) = parent else {
-        return Ok(());
-    };
-    sqlx::query(
-        "UPDATE tenax_tasks SET compensation = ?, updated_at = ?
-         WHERE id = ? AND compensation = 'pending'",
-    )
-    .bind(state.as_str())
-    .bind(now)
-    .bind(parent.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// After a task died: schedule its compensation, or, for a compensation task, record
-/// that the compensation failed.
-async fn on_death(
-    tx: &mut Transaction<'static, MySql>,
-    dead: &TaskRecord,
-    now: DbTime,
-) -> Result<()> {
-    match dead.kind {
-        TaskKind::Execute => schedule_compensation(tx, dead, now).await,
-        TaskKind::Compensate => {
-            record_compensation(tx, dead.parent_id, CompensationState::Failed, now).await
-        }
-    }
-}
-
 async fn close_attempt(
     tx: &mut Transaction<'static, MySql>,
     lease: Lease,
@@ -664,12 +591,10 @@ async fn complete_in(
         return Ok(None);
     }
     close_attempt(tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
-    if task.kind == TaskKind::Compensate {
-        record_compensation(tx, task.parent_id, params.compensation, now).await?;
-    }
     let mut done = task;
     done.status = TaskStatus::Succeeded;
-    Ok(Some(workflows::after_finish(tx, &done, now).await?))
+    let woke = flow::completed(&mut **tx, &done, params.compensation, now.and_utc()).await?;
+    Ok(Some(woke))
 }
 
 /// Lock the task a lease names; `None` when it is no longer `running` under that epoch.
@@ -1109,10 +1034,7 @@ impl MySqlStorage {
         close_attempt(&mut tx, params.lease, outcome, Some(error), now).await?;
         if dead || cancel {
             let task = fetch_id(&mut tx, task.id).await?;
-            if dead {
-                on_death(&mut tx, &task, now).await?;
-            }
-            workflows::after_finish(&mut tx, &task, now).await?;
+            flow::ended(&mut *tx, &task, now.and_utc()).await?;
         }
         tx.commit().await.map_err(map_err)?;
         self.wake();
@@ -1190,12 +1112,7 @@ impl MySqlStorage {
                 now,
             )
             .await?;
-            if task.status == TaskStatus::Dead {
-                on_death(&mut tx, task, now).await?;
-            }
-            if task.status.is_finished() {
-                workflows::after_finish(&mut tx, task, now).await?;
-            }
+            flow::ended(&mut *tx, task, now.and_utc()).await?;
         }
         tx.commit().await.map_err(map_err)?;
         if !tasks.is_empty() {
@@ -1252,7 +1169,7 @@ impl MySqlStorage {
         .await
         .map_err(map_err)?;
         let task = fetch_id(&mut tx, task.id).await?;
-        let woke = workflows::after_finish(&mut tx, &task, now).await?;
+        let woke = flow::after_finish(&mut *tx, &task, now.and_utc()).await?;
         tx.commit().await.map_err(map_err)?;
         if woke {
             self.wake();
@@ -1626,7 +1543,7 @@ impl Storage for MySqlStorage {
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
         let detail = retrying(|| async {
             let mut tx = self.begin().await?;
-            let detail = workflows::insert(&mut tx, params).await?;
+            let detail = flow::insert(&mut *tx, params).await?;
             tx.commit().await.map_err(map_err)?;
             Ok(detail)
         })
