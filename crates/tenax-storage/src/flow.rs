@@ -2,7 +2,8 @@
 //! write, over [`WorkflowTx`], the single statements each backend implements for its
 //! connection (SQL and row mapping only, as the hooks of `crate::transactional`).
 //!
-//! - [`insert`]: a workflow, its tasks and its dependencies, after [`check_workflow`].
+//! - [`insert`]: a workflow, its tasks and its dependencies, after [`check_workflow`];
+//!   [`list`] and [`get`] read them back (over [`WorkflowReads`]).
 //! - [`completed`] and [`ended`]: what the transaction that finished a task writes next
 //!   (the compensation of a death, the outcome of a compensation, then
 //!   [`after_finish`]).
@@ -34,7 +35,8 @@ use crate::error::{Result, StorageError};
 use crate::params::{TaskInsertOutcome, TaskInsertParams};
 use crate::workflows::{
     assemble, check_workflow, created_tasks, detail, StatusCount, WorkflowDetail, WorkflowId,
-    WorkflowInsertParams, WorkflowKind, WorkflowPolicy, WorkflowRow, WorkflowState,
+    WorkflowInsertParams, WorkflowKind, WorkflowListParams, WorkflowPolicy, WorkflowRecord,
+    WorkflowRow, WorkflowState,
 };
 
 /// The workflow a task belongs to, as stored.
@@ -166,6 +168,86 @@ pub(crate) trait WorkflowTx: Send {
         state: CompensationState,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The reads of workflows on one backend: one statement each, on any connection.
+pub(crate) trait WorkflowReads: Send {
+    /// Workflows, newest first: ids below `before_id`, at most `limit`.
+    fn workflow_rows(
+        &mut self,
+        params: &WorkflowListParams,
+    ) -> impl Future<Output = Result<Vec<WorkflowRow>>> + Send;
+
+    /// One workflow.
+    fn workflow_row(
+        &mut self,
+        id: WorkflowId,
+    ) -> impl Future<Output = Result<Option<WorkflowRow>>> + Send;
+
+    /// A workflow's tasks with their keys, in id order.
+    fn workflow_tasks(
+        &mut self,
+        id: WorkflowId,
+    ) -> impl Future<Output = Result<Vec<(String, TaskRecord)>>> + Send;
+
+    /// A workflow's dependencies `(child, parent)`, by task id.
+    fn workflow_dependencies(
+        &mut self,
+        id: WorkflowId,
+    ) -> impl Future<Output = Result<Vec<(i64, i64)>>> + Send;
+
+    /// Per workflow of `ids` (never empty) and status: how many tasks, and the latest
+    /// `finished_at`.
+    fn status_counts(
+        &mut self,
+        ids: &[WorkflowId],
+    ) -> impl Future<Output = Result<Vec<(WorkflowId, StatusCount)>>> + Send;
+}
+
+/// [`Storage::workflow_list`](crate::Storage::workflow_list).
+pub(crate) async fn list<R: WorkflowReads + ?Sized>(
+    conn: &mut R,
+    params: &WorkflowListParams,
+) -> Result<Vec<WorkflowRecord>> {
+    let rows = conn.workflow_rows(params).await?;
+    let ids: Vec<WorkflowId> = rows.iter().map(|r| r.id).collect();
+    let mut counts = counts(conn, &ids).await?;
+    rows.into_iter()
+        .map(|row| {
+            let c = counts.remove(&row.id).unwrap_or_default();
+            assemble(row, &c)
+        })
+        .collect()
+}
+
+/// [`Storage::workflow_get`](crate::Storage::workflow_get).
+pub(crate) async fn get<R: WorkflowReads + ?Sized>(
+    conn: &mut R,
+    id: WorkflowId,
+) -> Result<Option<WorkflowDetail>> {
+    let Some(row) = conn.workflow_row(id).await? else {
+        return Ok(None);
+    };
+    let tasks = conn.workflow_tasks(id).await?;
+    let deps = conn.workflow_dependencies(id).await?;
+    let counts = counts(conn, &[id]).await?;
+    let record = assemble(row, counts.get(&id).map_or(&[][..], Vec::as_slice))?;
+    Ok(Some(detail(record, tasks, &deps)))
+}
+
+/// The status counts of the workflows `ids`, by workflow.
+async fn counts<R: WorkflowReads + ?Sized>(
+    conn: &mut R,
+    ids: &[WorkflowId],
+) -> Result<HashMap<WorkflowId, Vec<StatusCount>>> {
+    let mut out: HashMap<WorkflowId, Vec<StatusCount>> = HashMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    for (id, count) in conn.status_counts(ids).await? {
+        out.entry(id).or_default().push(count);
+    }
+    Ok(out)
 }
 
 /// Insert a workflow inside the caller's transaction: the `tenax_workflows` row, its

@@ -5,8 +5,6 @@
 //! committed row), so its count of unfinished parents reaches zero exactly once.
 //! MariaDB has no `UPDATE ... RETURNING`: the ids are read first, then written by
 //! primary key.
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use sqlx::{MySql, MySqlConnection, QueryBuilder, Row, Transaction};
 use tenax_core::{CompensationState, TaskId, TaskNo, TaskRecord};
@@ -15,11 +13,11 @@ use super::insert::{insert_many, WorkflowRows};
 use super::rows::{opt_text, task_from_row, text, TASK_COLUMNS};
 use super::{fetch_ref, map_err, push_list, storable, DbTime, Lock};
 use crate::error::Result;
-use crate::flow::{WorkflowOf, WorkflowTx};
+use crate::flow::{WorkflowOf, WorkflowReads, WorkflowTx};
 use crate::params::{TaskInsertOutcome, TaskInsertParams, TaskRef};
 use crate::workflows::{
-    assemble, detail, ParentOutcome, StatusCount, WorkflowDetail, WorkflowId, WorkflowInsertParams,
-    WorkflowListParams, WorkflowRecord, WorkflowRow, WorkflowState,
+    ParentOutcome, StatusCount, WorkflowDetail, WorkflowId, WorkflowInsertParams,
+    WorkflowListParams, WorkflowRow, WorkflowState,
 };
 
 /// Dependency rows per statement (2 values each).
@@ -314,98 +312,87 @@ fn workflow_row(row: &sqlx::mysql::MySqlRow) -> Result<WorkflowRow> {
 
 const WORKFLOW_COLUMNS: &str = "id, name, kind, policy, state, created_at, finished_at";
 
-async fn counts(conn: &mut MySqlConnection, ids: &[i64]) -> Result<HashMap<i64, Vec<StatusCount>>> {
-    let mut out: HashMap<i64, Vec<StatusCount>> = HashMap::new();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let mut qb = QueryBuilder::<MySql>::new(
-        "SELECT workflow_id, status, CAST(COUNT(*) AS SIGNED) AS n, MAX(finished_at) AS last
-         FROM tenax_tasks WHERE workflow_id IN (",
-    );
-    let mut list = qb.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    qb.push(") GROUP BY workflow_id, status");
-    for row in qb.build().fetch_all(&mut *conn).await.map_err(map_err)? {
-        let status = text(&row, "status")?;
-        let n: i64 = row.try_get("n").map_err(map_err)?;
-        out.entry(row.try_get("workflow_id").map_err(map_err)?)
-            .or_default()
-            .push((
-                status.parse()?,
-                u64::try_from(n).unwrap_or(0),
-                row.try_get("last").map_err(map_err)?,
-            ));
-    }
-    Ok(out)
-}
-
-pub(super) async fn list(
-    conn: &mut MySqlConnection,
-    params: &WorkflowListParams,
-) -> Result<Vec<WorkflowRecord>> {
-    let rows = sqlx::query(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows
-         WHERE (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?"
-    ))
-    .bind(params.before_id)
-    .bind(params.before_id)
-    .bind(i64::from(params.limit))
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let rows = rows.iter().map(workflow_row).collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let counts = counts(conn, &ids).await?;
-    rows.into_iter()
-        .map(|row| {
-            let c = counts.get(&row.id).cloned().unwrap_or_default();
-            assemble(row, &c)
-        })
-        .collect()
-}
-
-pub(super) async fn get(
-    conn: &mut MySqlConnection,
-    id: WorkflowId,
-) -> Result<Option<WorkflowDetail>> {
-    let row = sqlx::query(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows WHERE id = ?"
-    ))
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else { return Ok(None) };
-    let row = workflow_row(&row)?;
-    let tasks = sqlx::query(&format!(
-        "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
-    ))
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?
-    .iter()
-    .map(|r| {
-        Ok((
-            opt_text(r, "workflow_key")?.unwrap_or_default(),
-            task_from_row(r)?,
+/// The reads of [`crate::flow`] on MariaDB/MySQL.
+impl WorkflowReads for MySqlConnection {
+    async fn workflow_rows(&mut self, params: &WorkflowListParams) -> Result<Vec<WorkflowRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows
+             WHERE (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?"
         ))
-    })
-    .collect::<Result<Vec<_>>>()?;
-    let deps: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT d.child_id, d.parent_id FROM tenax_task_deps d
-         JOIN tenax_tasks t ON t.id = d.child_id WHERE t.workflow_id = ?",
-    )
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let counts = counts(conn, &[id]).await?;
-    let record = assemble(row, counts.get(&id).map_or(&[][..], Vec::as_slice))?;
-    Ok(Some(detail(record, tasks, &deps)))
+        .bind(params.before_id)
+        .bind(params.before_id)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(workflow_row).collect()
+    }
+
+    async fn workflow_row(&mut self, id: WorkflowId) -> Result<Option<WorkflowRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.as_ref().map(workflow_row).transpose()
+    }
+
+    async fn workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
+        ))
+        .bind(id)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    opt_text(r, "workflow_key")?.unwrap_or_default(),
+                    task_from_row(r)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn workflow_dependencies(&mut self, id: WorkflowId) -> Result<Vec<(i64, i64)>> {
+        sqlx::query_as(
+            "SELECT d.child_id, d.parent_id FROM tenax_task_deps d
+             JOIN tenax_tasks t ON t.id = d.child_id WHERE t.workflow_id = ?",
+        )
+        .bind(id)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)
+    }
+
+    async fn status_counts(
+        &mut self,
+        ids: &[WorkflowId],
+    ) -> Result<Vec<(WorkflowId, StatusCount)>> {
+        let mut qb = QueryBuilder::<MySql>::new(
+            "SELECT workflow_id, status, CAST(COUNT(*) AS SIGNED) AS n, MAX(finished_at) AS last
+             FROM tenax_tasks WHERE workflow_id IN ",
+        );
+        push_list(&mut qb, ids.iter().copied());
+        qb.push(" GROUP BY workflow_id, status");
+        let rows = qb.build().fetch_all(&mut *self).await.map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let n: i64 = row.try_get("n").map_err(map_err)?;
+                Ok((
+                    row.try_get("workflow_id").map_err(map_err)?,
+                    (
+                        text(row, "status")?.parse()?,
+                        u64::try_from(n).unwrap_or(0),
+                        row.try_get("last").map_err(map_err)?,
+                    ),
+                ))
+            })
+            .collect()
+    }
 }
 
 /// The workflow of a task, if it has one.

@@ -1020,7 +1020,7 @@ impl Storage for PgStorage {
     async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
         self.timed(async {
             let mut conn = self.pool.acquire().await.map_err(map_err)?;
-            workflows::get(&mut conn, id).await
+            flow::get(&mut *conn, id).await
         })
         .await
     }
@@ -1028,7 +1028,7 @@ impl Storage for PgStorage {
     async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
         self.timed(async {
             let mut conn = self.pool.acquire().await.map_err(map_err)?;
-            workflows::list(&mut conn, params).await
+            flow::list(&mut *conn, params).await
         })
         .await
     }

@@ -1009,12 +1009,12 @@ impl Storage for SqliteStorage {
 
     async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        workflows::get(&mut conn, id).await
+        flow::get(&mut *conn, id).await
     }
 
     async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        workflows::list(&mut conn, params).await
+        flow::list(&mut *conn, params).await
     }
 
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {

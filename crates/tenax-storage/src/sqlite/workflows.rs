@@ -2,8 +2,6 @@
 //! finished task does to its workflow, and a saga's compensation chain), and the
 //! readers. The writes run inside the caller's transaction (SQLite's single writer
 //! serialises them).
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, Transaction};
 use tenax_core::{CompensationState, TaskId, TaskNo, TaskRecord};
@@ -12,11 +10,11 @@ use super::insert::{insert_many, WorkflowRows};
 use super::rows::{ms, task_from_row, TASK_COLUMNS};
 use super::{fetch_ref, map_err, NOW_MS};
 use crate::error::Result;
-use crate::flow::{WorkflowOf, WorkflowTx};
+use crate::flow::{WorkflowOf, WorkflowReads, WorkflowTx};
 use crate::params::{TaskInsertOutcome, TaskInsertParams, TaskRef};
 use crate::workflows::{
-    assemble, detail, ParentOutcome, StatusCount, WorkflowDetail, WorkflowId, WorkflowInsertParams,
-    WorkflowListParams, WorkflowRecord, WorkflowRow, WorkflowState,
+    ParentOutcome, StatusCount, WorkflowDetail, WorkflowId, WorkflowInsertParams,
+    WorkflowListParams, WorkflowRow, WorkflowState,
 };
 
 /// Dependency rows per statement (2 values each).
@@ -268,103 +266,89 @@ fn workflow_row(row: &sqlx::sqlite::SqliteRow) -> Result<WorkflowRow> {
 
 const WORKFLOW_COLUMNS: &str = "id, name, kind, policy, state, created_at, finished_at";
 
-async fn counts(
-    conn: &mut SqliteConnection,
-    ids: &[i64],
-) -> Result<HashMap<i64, Vec<StatusCount>>> {
-    let mut out: HashMap<i64, Vec<StatusCount>> = HashMap::new();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let mut qb = QueryBuilder::<Sqlite>::new(
-        "SELECT workflow_id, status, COUNT(*) AS n, MAX(finished_at) AS last
-         FROM tenax_tasks WHERE workflow_id IN (",
-    );
-    let mut list = qb.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    qb.push(") GROUP BY workflow_id, status");
-    for row in qb.build().fetch_all(&mut *conn).await.map_err(map_err)? {
-        let status: String = row.try_get("status").map_err(map_err)?;
-        let n: i64 = row.try_get("n").map_err(map_err)?;
-        let last: Option<i64> = row.try_get("last").map_err(map_err)?;
-        out.entry(row.try_get("workflow_id").map_err(map_err)?)
-            .or_default()
-            .push((
-                status.parse()?,
-                u64::try_from(n).unwrap_or(0),
-                last.map(ms).transpose()?,
-            ));
-    }
-    Ok(out)
-}
-
-pub(super) async fn list(
-    conn: &mut SqliteConnection,
-    params: &WorkflowListParams,
-) -> Result<Vec<WorkflowRecord>> {
-    let rows = sqlx::query(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows
-         WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
-    ))
-    .bind(params.before_id)
-    .bind(i64::from(params.limit))
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let rows = rows.iter().map(workflow_row).collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let counts = counts(conn, &ids).await?;
-    rows.into_iter()
-        .map(|row| {
-            let c = counts.get(&row.id).cloned().unwrap_or_default();
-            assemble(row, &c)
-        })
-        .collect()
-}
-
-pub(super) async fn get(
-    conn: &mut SqliteConnection,
-    id: WorkflowId,
-) -> Result<Option<WorkflowDetail>> {
-    let row = sqlx::query(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows WHERE id = ?"
-    ))
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else { return Ok(None) };
-    let row = workflow_row(&row)?;
-    let tasks = sqlx::query(&format!(
-        "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
-    ))
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?
-    .iter()
-    .map(|r| {
-        Ok((
-            r.try_get::<Option<String>, _>("workflow_key")
-                .map_err(map_err)?
-                .unwrap_or_default(),
-            task_from_row(r)?,
+/// The reads of [`crate::flow`] on SQLite.
+impl WorkflowReads for SqliteConnection {
+    async fn workflow_rows(&mut self, params: &WorkflowListParams) -> Result<Vec<WorkflowRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows
+             WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
         ))
-    })
-    .collect::<Result<Vec<_>>>()?;
-    let deps: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT d.child_id, d.parent_id FROM tenax_task_deps d
-         JOIN tenax_tasks t ON t.id = d.child_id WHERE t.workflow_id = ?",
-    )
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let counts = counts(conn, &[id]).await?;
-    let record = assemble(row, counts.get(&id).map_or(&[][..], Vec::as_slice))?;
-    Ok(Some(detail(record, tasks, &deps)))
+        .bind(params.before_id)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(workflow_row).collect()
+    }
+
+    async fn workflow_row(&mut self, id: WorkflowId) -> Result<Option<WorkflowRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.as_ref().map(workflow_row).transpose()
+    }
+
+    async fn workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
+        ))
+        .bind(id)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|r| {
+                let key: Option<String> = r.try_get("workflow_key").map_err(map_err)?;
+                Ok((key.unwrap_or_default(), task_from_row(r)?))
+            })
+            .collect()
+    }
+
+    async fn workflow_dependencies(&mut self, id: WorkflowId) -> Result<Vec<(i64, i64)>> {
+        sqlx::query_as(
+            "SELECT d.child_id, d.parent_id FROM tenax_task_deps d
+             JOIN tenax_tasks t ON t.id = d.child_id WHERE t.workflow_id = ?",
+        )
+        .bind(id)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)
+    }
+
+    async fn status_counts(
+        &mut self,
+        ids: &[WorkflowId],
+    ) -> Result<Vec<(WorkflowId, StatusCount)>> {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT workflow_id, status, COUNT(*) AS n, MAX(finished_at) AS last
+             FROM tenax_tasks WHERE workflow_id IN (",
+        );
+        let mut list = qb.separated(", ");
+        for id in ids {
+            list.push_bind(*id);
+        }
+        qb.push(") GROUP BY workflow_id, status");
+        let rows = qb.build().fetch_all(&mut *self).await.map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status").map_err(map_err)?;
+                let n: i64 = row.try_get("n").map_err(map_err)?;
+                let last: Option<i64> = row.try_get("last").map_err(map_err)?;
+                Ok((
+                    row.try_get("workflow_id").map_err(map_err)?,
+                    (
+                        status.parse()?,
+                        u64::try_from(n).unwrap_or(0),
+                        last.map(ms).transpose()?,
+                    ),
+                ))
+            })
+            .collect()
+    }
 }
 
 /// The workflow of a task, if it has one.
