@@ -12,6 +12,8 @@
 //!   its states and compensates its succeeded steps in reverse order, one after another.
 //! - [`on_death`]: a dead task gets its compensation task; a dead compensation marks the
 //!   task it compensates as not compensated.
+//! - [`FailPlan`]: what a failed attempt does to its task (retry, hand-back, cancel,
+//!   death).
 //!
 //! Everything runs inside the caller's transaction, at one time `now`: the caller's
 //! override, else the database clock, read once per transaction (SQLite and MariaDB read
@@ -26,18 +28,85 @@
 //! unfinished parents reaches zero exactly once.
 use std::collections::HashMap;
 use std::future::Future;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tenax_core::{CompensationState, TaskId, TaskKind, TaskRecord, TaskStatus};
 
 use crate::common::compensation_task_no;
 use crate::error::{Result, StorageError};
-use crate::params::{TaskInsertOutcome, TaskInsertParams};
+use crate::params::{FailNext, TaskInsertOutcome, TaskInsertParams};
 use crate::workflows::{
     assemble, check_workflow, created_tasks, detail, StatusCount, WorkflowDetail, WorkflowId,
     WorkflowInsertParams, WorkflowKind, WorkflowListParams, WorkflowPolicy, WorkflowRecord,
     WorkflowRow, WorkflowState,
 };
+
+/// What a failed attempt asks of its task's row, decided once from [`FailNext`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FailPlan {
+    /// The task dies, whatever its budget says.
+    pub(crate) die: bool,
+    /// How long after now a retried task is due again.
+    pub(crate) delay: Duration,
+    /// The attempt is given back: a hand-back (shutdown) does not count against the
+    /// budget, so it never kills a task.
+    pub(crate) refund: bool,
+    /// The task ends `cancelled` (unless it dies).
+    pub(crate) cancel: bool,
+}
+
+impl FailPlan {
+    pub(crate) fn of(next: FailNext) -> Self {
+        let plan = Self {
+            die: false,
+            delay: Duration::ZERO,
+            refund: false,
+            cancel: false,
+        };
+        match next {
+            FailNext::Retry(delay) => Self { delay, ..plan },
+            FailNext::Dead => Self { die: true, ..plan },
+            FailNext::HandBack => Self {
+                refund: true,
+                ..plan
+            },
+            FailNext::Cancelled => Self {
+                cancel: true,
+                ..plan
+            },
+        }
+    }
+
+    /// The task's attempt count once the failure is written.
+    pub(crate) fn attempt_after(self, attempt: u32) -> u32 {
+        attempt.saturating_sub(u32::from(self.refund))
+    }
+
+    /// The status the failed task takes, from its attempt count as
+    /// [`attempt_after`](Self::attempt_after) leaves it: `dead` when asked, else
+    /// `cancelled` when asked or when its cancel was requested (a task whose cancel was
+    /// requested is not retried), else `dead` out of attempts (the budget is enforced
+    /// here, not only by the worker), else `retrying`. SQLite and PostgreSQL write this
+    /// rule as the `CASE` of their one `UPDATE`; MariaDB, whose `SET` assignments see
+    /// each other's new values, takes it from here, for the row it locked.
+    pub(crate) fn status(
+        self,
+        attempt: u32,
+        max_attempts: u32,
+        cancel_requested: bool,
+    ) -> TaskStatus {
+        if self.die {
+            TaskStatus::Dead
+        } else if self.cancel || cancel_requested {
+            TaskStatus::Cancelled
+        } else if attempt >= max_attempts {
+            TaskStatus::Dead
+        } else {
+            TaskStatus::Retrying
+        }
+    }
+}
 
 /// The workflow a task belongs to, as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,7 +41,7 @@ use crate::common::{
     offers_nothing, refusal, sort_in_claim_order, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
-use crate::flow;
+use crate::flow::{self, FailPlan};
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -976,29 +976,14 @@ impl MySqlStorage {
             tx.rollback().await.map_err(map_err)?;
             return Ok(false);
         };
-        let (wants_death, run_at, refund, cancel) = match params.next {
-            FailNext::Retry(delay) => (false, plus(now, delay), 0, false),
-            FailNext::Dead => (true, now, 0, false),
-            FailNext::HandBack => (false, now, 1, false),
-            FailNext::Cancelled => (false, now, 0, true),
-        };
-        // A task whose cancel was requested is not retried: it ends cancelled (a
-        // permanent failure still kills it).
-        let cancel = cancel || runtime::cancel_is_requested(&mut tx, task.id).await?;
-        // A task out of attempts dies even if the caller asked for a retry: the budget
-        // is enforced here, not only by the worker. A hand-back refunds the attempt
-        // first, so it never kills a task. Decided here from the locked row, not in
-        // SQL: MySQL evaluates SET assignments left to right, each seeing the previous
-        // ones' new values.
-        let attempt = task.attempt.saturating_sub(refund);
-        let dead = wants_death || (!cancel && attempt >= task.max_attempts);
-        let (status, finished_at) = if dead {
-            (TaskStatus::Dead, Some(now))
-        } else if cancel {
-            (TaskStatus::Cancelled, Some(now))
-        } else {
-            (TaskStatus::Retrying, None)
-        };
+        let plan = FailPlan::of(params.next);
+        // Decided from the locked row, not in SQL: MySQL evaluates SET assignments left
+        // to right, each seeing the previous ones' new values.
+        let requested = plan.cancel || runtime::cancel_is_requested(&mut tx, task.id).await?;
+        let attempt = plan.attempt_after(task.attempt);
+        let status = plan.status(attempt, task.max_attempts, requested);
+        let dead = status == TaskStatus::Dead;
+        let finished_at = status.is_finished().then_some(now);
         let compensation = if dead && task.kind == TaskKind::Execute {
             Some(CompensationState::Pending)
         } else {
@@ -1012,7 +997,7 @@ impl MySqlStorage {
         )
         .bind(status.as_str())
         .bind(i64::from(attempt))
-        .bind(run_at)
+        .bind(plus(now, plan.delay))
         .bind(error)
         .bind(now)
         .bind(finished_at)
@@ -1032,7 +1017,7 @@ impl MySqlStorage {
             AttemptOutcome::Failed
         };
         close_attempt(&mut tx, params.lease, outcome, Some(error), now).await?;
-        if dead || cancel {
+        if status.is_finished() {
             let task = fetch_id(&mut tx, task.id).await?;
             flow::ended(&mut *tx, &task, now.and_utc()).await?;
         }

@@ -37,7 +37,7 @@ use crate::common::{
     truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
-use crate::flow;
+use crate::flow::{self, FailPlan};
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -716,18 +716,13 @@ impl Storage for PgStorage {
 
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
         let error = truncate_error(&params.error);
-        let (wants_death, delay_ms, refund, cancel) = match params.next {
-            FailNext::Retry(delay) => (false, duration_ms(delay), 0i32, false),
-            FailNext::Dead => (true, 0, 0, false),
-            FailNext::HandBack => (false, 0, 1, false),
-            FailNext::Cancelled => (false, 0, 0, true),
-        };
+        let plan = FailPlan::of(params.next);
+        let delay_ms = duration_ms(plan.delay);
         self.timed(async {
             let mut tx = self.begin().await?;
-            // A task out of attempts dies even if the caller asked for a retry; a
-            // hand-back refunds the attempt first, so it never kills a task. A task
-            // whose cancel was requested is not retried: it ends cancelled (a
-            // permanent failure still kills it).
+            // The rule of `FailPlan::status`, in SQL: asked to die, else cancelled when asked
+            // or requested, else dead out of attempts (counted after a hand-back's refund),
+            // else retrying.
             let status = "CASE WHEN $2 THEN 'dead'
                                WHEN $8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
                                WHEN attempt - $7 >= max_attempts THEN 'dead'
@@ -746,13 +741,13 @@ impl Storage for PgStorage {
                  RETURNING {TASK_COLUMNS}"
             ))
             .bind(params.now)
-            .bind(wants_death)
+            .bind(plan.die)
             .bind(delay_ms as f64)
             .bind(&error)
             .bind(params.lease.id.0)
             .bind(params.lease.epoch)
-            .bind(refund)
-            .bind(cancel)
+            .bind(i32::from(plan.refund))
+            .bind(plan.cancel)
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;

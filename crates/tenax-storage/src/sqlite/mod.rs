@@ -28,7 +28,7 @@ use crate::common::{
     split_ref, stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
-use crate::flow;
+use crate::flow::{self, FailPlan};
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -628,16 +628,10 @@ impl Storage for SqliteStorage {
         let error = truncate_error(&params.error);
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let (wants_death, run_at, refund, cancel) = match params.next {
-            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay)), 0, false),
-            FailNext::Dead => (true, now, 0, false),
-            FailNext::HandBack => (false, now, 1, false),
-            FailNext::Cancelled => (false, now, 0, true),
-        };
-        // A task out of attempts dies even if the caller asked for a retry: the budget
-        // is enforced here, not only by the worker. A hand-back refunds the attempt
-        // first, so it never kills a task. A task whose cancel was requested is not
-        // retried: it ends cancelled (a permanent failure still kills it).
+        let plan = FailPlan::of(params.next);
+        // The rule of `FailPlan::status`, in SQL: asked to die, else cancelled when asked
+        // or requested, else dead out of attempts (counted after a hand-back's refund),
+        // else retrying.
         let status = "CASE WHEN ?1 THEN 'dead'
                            WHEN ?8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
                            WHEN attempt - ?7 >= max_attempts THEN 'dead'
@@ -654,14 +648,14 @@ impl Storage for SqliteStorage {
              WHERE id = ?5 AND status = 'running' AND lease_epoch = ?6
              RETURNING {TASK_COLUMNS}"
         ))
-        .bind(wants_death)
-        .bind(run_at)
+        .bind(plan.die)
+        .bind(now.saturating_add(duration_ms(plan.delay)))
         .bind(&error)
         .bind(now)
         .bind(params.lease.id.0)
         .bind(params.lease.epoch)
-        .bind(refund)
-        .bind(cancel)
+        .bind(i64::from(plan.refund))
+        .bind(plan.cancel)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
