@@ -24,8 +24,8 @@ use tenax_core::{
 use tokio::sync::watch;
 
 use crate::common::{
-    compensated_epoch, duration_ms, json_list, offers_nothing, refusal, sort_in_claim_order,
-    split_ref, stale_compensation, truncate_error, validate_insert,
+    compensated_epoch, duration_ms, json_list, offers_nothing, refusal, split_ref,
+    stale_compensation, truncate_error, validate_insert,
 };
 use crate::error::{Result, StorageError};
 use crate::flow::{self, FailPlan};
@@ -37,15 +37,17 @@ use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
 };
-use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
+use crate::{Capabilities, Storage, WakeReceiver};
 
 mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod bulk;
+mod claim;
 mod events;
 mod insert;
+mod keys;
 mod outbox;
 mod queue_stats;
 mod queues;
@@ -375,99 +377,6 @@ impl SqliteStorage {
             self.wake();
         }
         Ok(outcomes)
-    }
-
-    /// The claim without rate limits, in one `BEGIN IMMEDIATE` transaction.
-    pub(super) async fn claim_plain(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        const CLAIM: &str = "UPDATE tenax_tasks
-             SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
-                 lease_owner = ?1, lease_expires_at = ?2 + ?3,
-                 started_at = COALESCE(started_at, ?2), updated_at = ?2
-             WHERE id IN ";
-        let controls = queues::controls(&mut tx, &params.queues).await?;
-        // Tasks with a concurrency key take the restricted path (their keys are
-        // counted); without any due, the claim is the one statement below.
-        let fast = controls.is_empty() && !queues::keyed_due(&mut tx, params, now).await?;
-        let rows = if fast {
-            // The fast path: no queue of the claim is paused or limited. ?5 is a JSON
-            // list of [type, highest payload version the worker decodes]. The order is
-            // the aging key of tenax_tasks_claim_key, written as in the index so the
-            // planner walks it; a due task's key is at most now, which bounds the walk.
-            sqlx::query(&format!(
-                "{CLAIM} (
-                     SELECT id FROM tenax_tasks
-                     WHERE status IN ('pending', 'retrying') AND run_at <= ?2
-                       AND run_at - priority * {STEP_MS} <= ?2
-                       AND queue IN (SELECT value FROM json_each(?4))
-                       AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
-                                   WHERE json_extract(offer.value, '$[0]') = command_type
-                                     AND json_extract(offer.value, '$[1]') >= payload_version)
-                     ORDER BY run_at - priority * {STEP_MS}, id
-                     LIMIT ?6)
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(&params.worker)
-            .bind(now)
-            .bind(duration_ms(params.lease_ttl))
-            .bind(json_list(&params.queues))
-            .bind(json_list(&params.commands))
-            .bind(i64::from(params.limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-        } else {
-            let ids = queues::pick(&mut tx, params, now, &controls).await?;
-            sqlx::query(&format!(
-                "{CLAIM} (SELECT value FROM json_each(?4)) RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(&params.worker)
-            .bind(now)
-            .bind(duration_ms(params.lease_ttl))
-            .bind(json_list(&ids))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-        };
-        let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-        if tasks.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(tasks);
-        }
-        let ids = json_list(&tasks.iter().map(|t| t.id.0).collect::<Vec<_>>());
-        sqlx::query(
-            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
-             SELECT id, lease_epoch, attempt, lease_owner, ?1, 'running' FROM tenax_tasks
-             WHERE id IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(now)
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        // Only a task past its first ATTEMPT_HISTORY_LEN epochs has attempts to drop.
-        let long: Vec<i64> = tasks
-            .iter()
-            .filter(|t| t.lease_epoch > ATTEMPT_HISTORY_LEN)
-            .map(|t| t.id.0)
-            .collect();
-        if !long.is_empty() {
-            sqlx::query(
-                "DELETE FROM tenax_attempts
-                 WHERE task_id IN (SELECT value FROM json_each(?1))
-                   AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
-                                 WHERE t.id = tenax_attempts.task_id) - ?2",
-            )
-            .bind(json_list(&long))
-            .bind(ATTEMPT_HISTORY_LEN)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        sort_in_claim_order(&mut tasks);
-        Ok(tasks)
     }
 }
 
