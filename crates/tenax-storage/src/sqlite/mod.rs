@@ -18,17 +18,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use sqlx::{Row, Sqlite, Transaction};
-use tenax_core::{
-    AttemptOutcome, AttemptRecord, InvalidInput, TaskId, TaskKind, TaskRecord, TaskStatus,
-};
+use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 use tokio::sync::watch;
 
-use crate::common::{
-    compensated_epoch, duration_ms, json_list, offers_nothing, refusal, split_ref,
-    stale_compensation, truncate_error, validate_insert,
-};
+use crate::common::{duration_ms, json_list, offers_nothing, validate_insert};
 use crate::error::{Result, StorageError};
-use crate::flow::{self, FailPlan};
+use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -39,6 +34,7 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver};
 
+mod actions;
 mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
@@ -49,6 +45,7 @@ mod events;
 mod insert;
 mod keys;
 mod outbox;
+mod outcomes;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -229,111 +226,6 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
         }
         _ => StorageError::Database(Box::new(err)),
     }
-}
-
-/// Complete one leased task inside `tx` at `now`, as
-/// [`Storage::task_complete_if_leased`] does: `None` (and nothing written) when the
-/// lease was lost, else whether tasks that depend on it became due.
-async fn complete_in(
-    tx: &mut Transaction<'static, Sqlite>,
-    params: &TaskCompleteParams,
-    now: i64,
-) -> Result<Option<bool>> {
-    let row = sqlx::query(&format!(
-        "UPDATE tenax_tasks
-         SET status = 'succeeded', result = ?1, finished_at = ?2, updated_at = ?2,
-             lease_owner = NULL, lease_expires_at = NULL
-         WHERE id = ?3 AND status = 'running' AND lease_epoch = ?4
-         RETURNING {TASK_COLUMNS}"
-    ))
-    .bind(params.result.as_deref())
-    .bind(now)
-    .bind(params.lease.id.0)
-    .bind(params.lease.epoch)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let task = task_from_row(&row)?;
-    close_attempt(tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
-    let woke = flow::completed(&mut **tx, &task, params.compensation, ms(now)?).await?;
-    Ok(Some(woke))
-}
-
-/// Complete, inside `tx`, the plain tasks among `items` (neither a workflow's task nor
-/// a compensation) whose lease still holds, each at `at(item)`, and close their
-/// attempts: two statements for the whole batch. Returns the leases that landed; the
-/// other items are left untouched.
-async fn complete_plain_in(
-    tx: &mut Transaction<'static, Sqlite>,
-    items: &[&TaskCompleteParams],
-    at: impl Fn(&TaskCompleteParams) -> i64,
-) -> Result<std::collections::HashSet<(i64, i64)>> {
-    if items.is_empty() {
-        return Ok(std::collections::HashSet::new());
-    }
-    // [[id, epoch, result, at], ...]: the result is JSON text, carried as a string.
-    let batch = json_list(
-        &items
-            .iter()
-            .map(|p| (p.lease.id.0, p.lease.epoch, p.result.as_deref(), at(p)))
-            .collect::<Vec<_>>(),
-    );
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
-        "UPDATE tenax_tasks
-         SET status = 'succeeded', result = b.result, finished_at = b.at, updated_at = b.at,
-             lease_owner = NULL, lease_expires_at = NULL
-         FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch,
-                      json_extract(value, '$[2]') AS result, json_extract(value, '$[3]') AS at
-               FROM json_each(?1)) AS b
-         WHERE tenax_tasks.id = b.id AND tenax_tasks.lease_epoch = b.epoch
-           AND tenax_tasks.status = 'running' AND tenax_tasks.kind = 'execute'
-           AND tenax_tasks.workflow_id IS NULL
-         RETURNING id, lease_epoch, finished_at",
-    )
-    .bind(&batch)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    if !rows.is_empty() {
-        sqlx::query(
-            "UPDATE tenax_attempts
-             SET finished_at = json_extract(d.value, '$[2]'), outcome = 'succeeded', error = NULL
-             FROM json_each(?1) AS d
-             WHERE tenax_attempts.task_id = json_extract(d.value, '$[0]')
-               AND tenax_attempts.epoch = json_extract(d.value, '$[1]')
-               AND tenax_attempts.outcome = 'running'",
-        )
-        .bind(json_list(&rows))
-        .execute(&mut **tx)
-        .await
-        .map_err(map_err)?;
-    }
-    Ok(rows.into_iter().map(|(id, epoch, _)| (id, epoch)).collect())
-}
-
-async fn close_attempt(
-    tx: &mut Transaction<'static, Sqlite>,
-    lease: Lease,
-    outcome: AttemptOutcome,
-    error: Option<&str>,
-    now: i64,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE tenax_attempts SET finished_at = ?, outcome = ?, error = ?
-         WHERE task_id = ? AND epoch = ? AND outcome = 'running'",
-    )
-    .bind(now)
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(lease.id.0)
-    .bind(lease.epoch)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
 }
 
 async fn fetch_ref(
@@ -520,272 +412,27 @@ impl Storage for SqliteStorage {
     }
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let Some(woke) = complete_in(&mut tx, params, now).await? else {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        };
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(true)
+        self.complete_impl(params).await
     }
 
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
-        let error = truncate_error(&params.error);
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let plan = FailPlan::of(params.next);
-        // The rule of `FailPlan::status`, in SQL: asked to die, else cancelled when asked
-        // or requested, else dead out of attempts (counted after a hand-back's refund),
-        // else retrying.
-        let status = "CASE WHEN ?1 THEN 'dead'
-                           WHEN ?8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
-                           WHEN attempt - ?7 >= max_attempts THEN 'dead'
-                           ELSE 'retrying' END";
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = {status},
-                 attempt = attempt - ?7,
-                 run_at = ?2, last_error = ?3, updated_at = ?4,
-                 lease_owner = NULL, lease_expires_at = NULL,
-                 finished_at = CASE WHEN {status} != 'retrying' THEN ?4 END,
-                 compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
-                                     THEN 'pending' ELSE compensation END
-             WHERE id = ?5 AND status = 'running' AND lease_epoch = ?6
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(plan.die)
-        .bind(now.saturating_add(duration_ms(plan.delay)))
-        .bind(&error)
-        .bind(now)
-        .bind(params.lease.id.0)
-        .bind(params.lease.epoch)
-        .bind(i64::from(plan.refund))
-        .bind(plan.cancel)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let Some(row) = row else {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        };
-        let task = task_from_row(&row)?;
-        let dead = task.status == TaskStatus::Dead;
-        let outcome = if dead {
-            AttemptOutcome::Dead
-        } else {
-            AttemptOutcome::Failed
-        };
-        close_attempt(&mut tx, params.lease, outcome, Some(&error), now).await?;
-        flow::ended(&mut *tx, &task, ms(now)?).await?;
-        tx.commit().await.map_err(map_err)?;
-        self.wake();
-        Ok(true)
+        self.fail_impl(params).await
     }
 
     async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
-        // on a row it read earlier, so a completion that commits first always wins.
-        let rows = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                               WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
-                 run_at = ?1,
-                 last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
-                 finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
-                                    THEN ?1 END,
-                 compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
-                                          AND kind = 'execute'
-                                     THEN 'pending' ELSE compensation END,
-                 lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
-             WHERE id IN (SELECT id FROM tenax_tasks
-                          WHERE status = 'running' AND lease_expires_at < ?1
-                          ORDER BY lease_expires_at LIMIT ?2)
-               AND status = 'running' AND lease_expires_at < ?1
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(i64::from(params.limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-        for task in &tasks {
-            let lease = Lease {
-                id: task.id,
-                epoch: task.lease_epoch,
-            };
-            close_attempt(
-                &mut tx,
-                lease,
-                AttemptOutcome::LeaseExpired,
-                task.last_error.as_deref(),
-                now,
-            )
-            .await?;
-            flow::ended(&mut *tx, task, ms(now)?).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        if !tasks.is_empty() {
-            self.wake();
-        }
-        Ok(tasks
-            .into_iter()
-            .map(|t| ReapedTask {
-                id: t.id,
-                status: t.status,
-            })
-            .collect())
+        self.reap_impl(params).await
     }
 
     async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let (by_id, by_no) = split_ref(&params.task);
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
-             WHERE (id = ?2 OR task_no = ?3) AND status IN ('pending', 'retrying', 'blocked')
-               AND kind = 'execute'
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(by_id)
-        .bind(by_no)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => {
-                let task = task_from_row(&row)?;
-                let woke = flow::after_finish(&mut *tx, &task, ms(now)?).await?;
-                tx.commit().await.map_err(map_err)?;
-                if woke {
-                    self.wake();
-                }
-                Ok(task)
-            }
-            None => {
-                let current = fetch_ref(&mut *tx, &params.task).await?;
-                if let Some(task) = current
-                    .as_ref()
-                    .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
-                {
-                    if runtime::request_cancel(&mut tx, task.id, now).await? {
-                        tx.commit().await.map_err(map_err)?;
-                        return Ok(task.clone());
-                    }
-                }
-                tx.rollback().await.map_err(map_err)?;
-                if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
-                    // The compensated task would wait for it forever.
-                    return Err(StorageError::InvalidState {
-                        task: params.task.to_string(),
-                        status: task.status,
-                        action: "cancel a compensation",
-                    });
-                }
-                Err(refusal(&params.task, current, "cancel it"))
-            }
-        }
+        self.cancel_impl(params).await
     }
 
     async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let (by_id, by_no) = split_ref(&params.task);
-        // A dead task whose compensation still runs is not retried: undoing and redoing
-        // at the same time would race.
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = 'pending', attempt = 0, run_at = ?1, finished_at = NULL,
-                 compensation = NULL, result = NULL, updated_at = ?1
-             WHERE (id = ?2 OR task_no = ?3) AND status = 'dead'
-               AND (compensation IS NULL OR compensation != 'pending')
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(by_id)
-        .bind(by_no)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => {
-                let task = task_from_row(&row)?;
-                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again, but only
-                    // if the parent is still the dead task it compensates (not retried
-                    // since, which would make this compensation undo a newer run).
-                    let reopened = sqlx::query(
-                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
-                         WHERE id = ? AND status = 'dead' AND compensation = 'failed'
-                           AND lease_epoch = ?",
-                    )
-                    .bind(now)
-                    .bind(parent.0)
-                    .bind(compensated_epoch(&task))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    if reopened.rows_affected() != 1 {
-                        tx.rollback().await.map_err(map_err)?;
-                        return Err(stale_compensation(&params.task));
-                    }
-                }
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                Ok(task)
-            }
-            None => {
-                let current = fetch_ref(&mut *tx, &params.task).await?;
-                tx.rollback().await.map_err(map_err)?;
-                if let Some(task) = &current {
-                    if task.status == TaskStatus::Dead {
-                        return Err(StorageError::InvalidState {
-                            task: params.task.to_string(),
-                            status: task.status,
-                            action: "retry it while its compensation runs",
-                        });
-                    }
-                }
-                Err(refusal(&params.task, current, "retry it"))
-            }
-        }
+        self.retry_impl(params).await
     }
 
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "DELETE FROM tenax_tasks
-             WHERE id IN (SELECT id FROM tenax_tasks
-                          WHERE status IN ('succeeded', 'dead', 'cancelled')
-                            AND finished_at < ?1
-                            AND (compensation IS NULL OR compensation != 'pending')
-                          ORDER BY finished_at LIMIT ?2)
-             RETURNING id",
-        )
-        .bind(now.saturating_sub(duration_ms(params.retention)))
-        .bind(i64::from(params.limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if !ids.is_empty() {
-            sqlx::query(
-                "DELETE FROM tenax_attempts WHERE task_id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(json_list(&ids))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(ids.len() as u64)
+        self.prune_impl(params).await
     }
 
     async fn stats(&self) -> Result<Stats> {
@@ -969,44 +616,7 @@ impl Storage for SqliteStorage {
         &self,
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>> {
-        crate::common::check_complete_many(params)?;
-        if params.is_empty() {
-            return Ok(Vec::new());
-        }
-        let repeated = crate::common::repeated_leases(params);
-        // One `BEGIN IMMEDIATE` (one fsync) for the batch. The plain tasks take two
-        // statements for the whole batch; a workflow task or a compensation, and a
-        // lease that no longer holds, take the one-task path after them, in the same
-        // transaction: the single writer holds no row another writer waits for.
-        let mut tx = self.begin().await?;
-        let db_now = clock(&mut tx, None).await?;
-        let at = |item: &TaskCompleteParams| item.now.map_or(db_now, |at| at.timestamp_millis());
-        let first: Vec<&TaskCompleteParams> = params
-            .iter()
-            .zip(&repeated)
-            .filter(|(_, repeated)| !**repeated)
-            .map(|(item, _)| item)
-            .collect();
-        let plain = complete_plain_in(&mut tx, &first, at).await?;
-        let mut landed = Vec::with_capacity(params.len());
-        let mut woke = false;
-        for (item, repeated) in params.iter().zip(repeated) {
-            if repeated {
-                landed.push(BatchCompletion::Lost);
-            } else if plain.contains(&(item.lease.id.0, item.lease.epoch)) {
-                landed.push(BatchCompletion::Landed);
-            } else if let Some(w) = complete_in(&mut tx, item, at(item)).await? {
-                woke |= w;
-                landed.push(BatchCompletion::Landed);
-            } else {
-                landed.push(BatchCompletion::Lost);
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(landed)
+        self.complete_many_impl(params).await
     }
 
     async fn outbox_stats(
