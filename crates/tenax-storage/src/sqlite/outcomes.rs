@@ -18,8 +18,9 @@ use crate::params::{
 };
 
 /// Complete one leased task inside `tx` at `now`, as
-/// [`Storage::task_complete_if_leased`](crate::Storage::task_complete_if_leased) does: `None` (and nothing written) when the
-/// lease was lost, else whether tasks that depend on it became due.
+/// [`Storage::task_complete_if_leased`](crate::Storage::task_complete_if_leased) does:
+/// `None` (and nothing written) when the lease was lost, else whether tasks that depend
+/// on it became due.
 pub(super) async fn complete_in(
     tx: &mut Transaction<'static, Sqlite>,
     params: &TaskCompleteParams,
