@@ -41,7 +41,7 @@ impl MySqlStorage {
         let queues: BTreeSet<&str> = params.queues.iter().map(String::as_str).collect();
         let limit = i64::from(params.limit);
         // Queue controls: paused queues are left out, limited ones capped at their room
-        // (see queues.rs); with none, every queue is capped at the batch.
+        // (below); with none, every queue is capped at the batch.
         let controls = controls(&mut tx, &queues.iter().copied().collect::<Vec<_>>()).await?;
         let mut caps: BTreeMap<&str, i64> = queues.iter().map(|q| (*q, limit)).collect();
         for queue in &controls.paused {
