@@ -57,6 +57,7 @@ pub(crate) struct FailPlan {
 }
 
 impl FailPlan {
+    /// The plan for what the worker asked.
     pub(crate) fn of(next: FailNext) -> Self {
         let plan = Self {
             die: false,
@@ -615,4 +616,52 @@ async fn set_state<T: WorkflowTx + ?Sized>(
     let finished_at = to.is_finished().then_some(now);
     tx.set_workflow_state(workflow, from, to, finished_at, now)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_attempt_dies_only_when_asked_or_out_of_attempts() {
+        let retry = FailPlan::of(FailNext::Retry(Duration::from_secs(3)));
+        assert_eq!(retry.delay, Duration::from_secs(3));
+        assert_eq!(
+            retry.status(retry.attempt_after(2), 5, false),
+            TaskStatus::Retrying
+        );
+        assert_eq!(
+            retry.status(retry.attempt_after(5), 5, false),
+            TaskStatus::Dead
+        );
+        // A requested cancel ends it cancelled, even out of attempts.
+        assert_eq!(
+            retry.status(retry.attempt_after(5), 5, true),
+            TaskStatus::Cancelled
+        );
+
+        let dead = FailPlan::of(FailNext::Dead);
+        assert_eq!(
+            dead.status(dead.attempt_after(1), 5, true),
+            TaskStatus::Dead
+        );
+
+        let cancelled = FailPlan::of(FailNext::Cancelled);
+        assert_eq!(
+            cancelled.status(cancelled.attempt_after(5), 5, false),
+            TaskStatus::Cancelled
+        );
+    }
+
+    #[test]
+    fn a_hand_back_gives_its_attempt_back_and_never_kills() {
+        let back = FailPlan::of(FailNext::HandBack);
+        assert_eq!(back.delay, Duration::ZERO);
+        assert_eq!(back.attempt_after(5), 4);
+        assert_eq!(back.attempt_after(0), 0);
+        assert_eq!(
+            back.status(back.attempt_after(5), 5, false),
+            TaskStatus::Retrying
+        );
+    }
 }
