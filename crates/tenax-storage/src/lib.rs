@@ -31,6 +31,8 @@ mod common;
 mod due;
 mod error;
 pub mod events;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod flow;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 pub mod outbox;

@@ -7,15 +7,11 @@
 //! meanwhile is left alone. Every filter value is a bound parameter.
 use sqlx::{MySql, QueryBuilder, Transaction};
 
-use super::{
-    clock, fetch_ref, map_err, push_list, retrying, storable, workflows, DbTime, Lock, MySqlStorage,
-};
+use super::{clock, map_err, push_list, retrying, storable, DbTime, MySqlStorage};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::error::Result;
-use crate::error::StorageError;
-use crate::params::TaskRef;
+use crate::flow;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
-use tenax_core::{TaskId, TaskStatus};
 
 /// Append `WHERE id IN (<the pick>)`: the tasks in `statuses` matching the filter and
 /// `extra`, lowest ids first, at most `limit`.
@@ -103,14 +99,7 @@ async fn cancel(
         );
         qb.push(" AND status IN ('pending', 'retrying', 'blocked') AND kind = 'execute'");
         outcome.changed = run(tx, qb).await?;
-        for id in in_workflows {
-            let task = fetch_ref(&mut **tx, &TaskRef::Id(TaskId(id)), Lock::No)
-                .await?
-                .ok_or_else(|| StorageError::NotFound(id.to_string()))?;
-            if task.status == TaskStatus::Cancelled {
-                woke |= workflows::after_finish(tx, &task, now).await?;
-            }
-        }
+        woke = flow::cancelled(&mut **tx, &in_workflows, now.and_utc()).await?;
     }
     let statuses = statuses_for(params, true);
     let left = limit - outcome.changed;

@@ -1,88 +1,12 @@
-//! Queue controls on MariaDB/MySQL: list, pause, resume and limits, and the part of the
-//! claim that honours them.
-//!
-//! The claim reads the controls of its queues (a primary-key read of `tenax_queues`).
-//! When a queue is limited, it locks that queue's row (`FOR UPDATE`, queues in name
-//! order so two claimers never deadlock) and counts the queue's running tasks after the
-//! lock is held (READ COMMITTED: the count sees every claim committed by the previous
-//! holder), so claimers of one limited queue take turns and `max_running` holds exactly
-//! across nodes.
-use std::collections::BTreeMap;
+//! Queue controls on MariaDB/MySQL: list, pause, resume and limits (the claim side is in
+//! `claim.rs`).
+use sqlx::Row;
 
-use sqlx::{MySql, QueryBuilder, Row, Transaction};
-
-use super::{clock, map_err, push_list, retrying, MySqlStorage};
-use crate::common::{room, validate_queue_update, QueueControls};
+use super::rows::text;
+use super::{clock, map_err, retrying, MySqlStorage};
+use crate::common::validate_queue_update;
 use crate::error::{Result, StorageError};
 use crate::params::{QueueChange, QueueInfo, QueueUpdateParams};
-
-fn text(bytes: Vec<u8>, column: &str) -> Result<String> {
-    String::from_utf8(bytes).map_err(|_| StorageError::Corrupt(format!("{column} is not UTF-8")))
-}
-
-/// The controls of the queues a claim names (only queues that are paused or limited).
-pub(super) async fn controls(
-    tx: &mut Transaction<'static, MySql>,
-    queues: &[&str],
-) -> Result<QueueControls> {
-    let mut qb = QueryBuilder::new(
-        "SELECT name, paused, max_running FROM tenax_queues
-         WHERE (paused OR max_running IS NOT NULL) AND name IN ",
-    );
-    push_list(&mut qb, queues.iter().copied());
-    let rows = qb.build().fetch_all(&mut **tx).await.map_err(map_err)?;
-    let mut controls = QueueControls::default();
-    for row in &rows {
-        let name = text(row.try_get("name").map_err(map_err)?, "name")?;
-        let paused: bool = row.try_get("paused").map_err(map_err)?;
-        let max_running: Option<i32> = row.try_get("max_running").map_err(map_err)?;
-        if paused {
-            controls.paused.push(name);
-        } else if let Some(max) = max_running {
-            controls
-                .limited
-                .push((name, u32::try_from(max).unwrap_or(0)));
-        }
-    }
-    Ok(controls)
-}
-
-/// Lock the rows of limited queues and return each one's room (`max_running − running`)
-/// as it stands under the lock. A queue resumed, paused or unlimited meanwhile is
-/// re-read here too.
-pub(super) async fn lock_room(
-    tx: &mut Transaction<'static, MySql>,
-    limited: &[(String, u32)],
-) -> Result<BTreeMap<String, Option<u32>>> {
-    let mut qb =
-        QueryBuilder::new("SELECT name, paused, max_running FROM tenax_queues WHERE name IN ");
-    push_list(&mut qb, limited.iter().map(|(q, _)| q.as_str()));
-    qb.push(" ORDER BY name FOR UPDATE");
-    let rows = qb.build().fetch_all(&mut **tx).await.map_err(map_err)?;
-    let mut rooms = BTreeMap::new();
-    for row in &rows {
-        let name = text(row.try_get("name").map_err(map_err)?, "name")?;
-        let paused: bool = row.try_get("paused").map_err(map_err)?;
-        let max_running: Option<i32> = row.try_get("max_running").map_err(map_err)?;
-        let room = match (paused, max_running) {
-            (true, _) => Some(0),
-            (false, None) => None,
-            (false, Some(max)) => {
-                // The claim index leads with (status, queue): an index range count.
-                let running: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM tenax_tasks WHERE status = 'running' AND queue = ?",
-                )
-                .bind(name.as_str())
-                .fetch_one(&mut **tx)
-                .await
-                .map_err(map_err)?;
-                Some(room(u32::try_from(max).unwrap_or(0), running))
-            }
-        };
-        rooms.insert(name, room);
-    }
-    Ok(rooms)
-}
 
 const INFO: &str =
     "SELECT n.name, COALESCE(q.paused, FALSE) AS paused, q.max_running, q.updated_at,
@@ -177,7 +101,7 @@ fn queue_from_row(row: &sqlx::mysql::MySqlRow) -> Result<QueueInfo> {
     let max_running: Option<i32> = row.try_get("max_running").map_err(map_err)?;
     let updated_at: Option<chrono::NaiveDateTime> = row.try_get("updated_at").map_err(map_err)?;
     Ok(QueueInfo {
-        name: text(row.try_get("name").map_err(map_err)?, "name")?,
+        name: text(row, "name")?,
         paused: row.try_get("paused").map_err(map_err)?,
         max_running: max_running
             .map(|n| {

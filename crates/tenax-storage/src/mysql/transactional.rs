@@ -1,5 +1,6 @@
 //! Transactional completion on MariaDB/MySQL (see `crate::transactional`).
-use super::{clock, complete_in, lock_leased, map_err, MySqlStorage};
+use super::outcomes::{complete_in, lock_leased};
+use super::{clock, map_err, MySqlStorage};
 use crate::Result;
 
 crate::transactional::transactional_api!(sqlx::MySql, MySqlStorage, "MariaDB/MySQL");

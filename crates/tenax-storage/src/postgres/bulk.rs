@@ -4,13 +4,11 @@
 //! or finished meanwhile is left alone. Every filter value is a bound parameter.
 use sqlx::{Postgres, Row, Transaction};
 
-use super::{fetch_ref, map_err, notify, workflows, PgStorage, NOW};
+use super::{clock, map_err, notify, PgStorage, NOW};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::error::Result;
-use crate::error::StorageError;
-use crate::params::TaskRef;
+use crate::flow;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
-use tenax_core::TaskId;
 
 /// The filter's conditions. Parameters: $2 the statuses, $3 the type, $4 the queue, $5
 /// the ids (or NULL), $6 and $7 the creation bounds, $8 the limit.
@@ -112,11 +110,14 @@ impl PgStorage {
                     )
                     .await?;
                     outcome.changed = cancelled.len() as u64;
-                    for (_, id) in cancelled.iter().filter(|(_, id)| *id != 0) {
-                        let task = fetch_ref(&mut *tx, &TaskRef::Id(TaskId(*id)))
-                            .await?
-                            .ok_or_else(|| StorageError::NotFound(id.to_string()))?;
-                        woke |= workflows::after_finish(&mut tx, params.now, &task).await?;
+                    let in_workflows: Vec<i64> = cancelled
+                        .iter()
+                        .map(|(_, id)| *id)
+                        .filter(|id| *id != 0)
+                        .collect();
+                    if !in_workflows.is_empty() {
+                        let now = clock(&mut tx, params.now).await?;
+                        woke = flow::cancelled(&mut *tx, &in_workflows, now).await?;
                     }
                     let requested = apply(
                         &mut tx,

@@ -17,27 +17,21 @@
 //!   covers the rest.
 //! - `?schema=NAME` in the URL keeps Tenax's tables (and migration history) in that
 //!   schema, so several applications can share one database.
-use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};
 use sqlx::{Postgres, Row, Transaction};
-use tenax_core::{
-    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
-    TaskStatus,
-};
+use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, offers_nothing, refusal, split_ref,
-    stale_compensation, truncate_error, validate_insert,
-};
+use crate::common::{duration_ms, offers_nothing, split_ref, validate_insert};
 use crate::error::{Result, StorageError};
+use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -48,6 +42,7 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver};
 
+mod actions;
 mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
@@ -58,6 +53,7 @@ mod events;
 mod insert;
 mod keys;
 mod outbox;
+mod outcomes;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -385,11 +381,29 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
 
 const NOW: &str = "COALESCE($1::timestamptz, now())";
 
-async fn notify(tx: &mut Transaction<'static, Postgres>, queue: &str) -> Result<()> {
+/// The caller's override, else the transaction's `now()`, for a transaction whose
+/// statements need the time as a value.
+async fn clock(conn: &mut PgConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+    sqlx::query_scalar(&format!("SELECT {NOW}"))
+        .bind(now)
+        .fetch_one(conn)
+        .await
+        .map_err(map_err)
+}
+
+/// The time the transaction that wrote `task` takes: its statements write
+/// `COALESCE($1, now())`, the caller's override or the transaction's start, and the
+/// statement that wrote `task` stored it as its `updated_at`. The workflow and
+/// compensation decisions take it from there, without another round trip.
+fn written_at(task: &TaskRecord) -> DateTime<Utc> {
+    task.updated_at
+}
+
+async fn notify(conn: &mut PgConnection, queue: &str) -> Result<()> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(WAKE_CHANNEL)
         .bind(queue)
-        .execute(&mut **tx)
+        .execute(conn)
         .await
         .map_err(map_err)?;
     Ok(())
@@ -410,199 +424,6 @@ async fn fetch_ref(
     .await
     .map_err(map_err)?;
     row.as_ref().map(task_from_row).transpose()
-}
-
-async fn close_attempt(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    lease: Lease,
-    outcome: AttemptOutcome,
-    error: Option<&str>,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "UPDATE tenax_attempts SET finished_at = {NOW}, outcome = $2, error = $3
-         WHERE task_id = $4 AND epoch = $5 AND outcome = 'running'"
-    ))
-    .bind(now)
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(lease.id.0)
-    .bind(lease.epoch)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// Complete one leased task inside `tx`, as [`Storage::task_complete_if_leased`]
-/// does: `None` (and nothing written) when the lease was lost, else whether tasks that
-/// depend on it became due.
-async fn complete_in(
-    tx: &mut Transaction<'static, Postgres>,
-    params: &TaskCompleteParams,
-) -> Result<Option<bool>> {
-    let row = sqlx::query(&format!(
-        "UPDATE tenax_tasks
-         SET status = 'succeeded', result = $2, finished_at = {NOW}, updated_at = {NOW},
-             lease_owner = NULL, lease_expires_at = NULL
-         WHERE id = $3 AND status = 'running' AND lease_epoch = $4
-         RETURNING {TASK_COLUMNS}, workflow_id"
-    ))
-    .bind(params.now)
-    .bind(params.result.as_deref())
-    .bind(params.lease.id.0)
-    .bind(params.lease.epoch)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let task = task_from_row(&row)?;
-    let workflow: Option<i64> = row.try_get("workflow_id").map_err(map_err)?;
-    close_attempt(
-        tx,
-        params.now,
-        params.lease,
-        AttemptOutcome::Succeeded,
-        None,
-    )
-    .await?;
-    if task.kind == TaskKind::Compensate {
-        record_compensation(tx, params.now, task.parent_id, params.compensation).await?;
-    }
-    // Only a workflow's tasks (and compensations, which may belong to a saga) move
-    // other tasks.
-    let woke = if workflow.is_some() || task.kind == TaskKind::Compensate {
-        workflows::after_finish(tx, params.now, &task).await?
-    } else {
-        false
-    };
-    Ok(Some(woke))
-}
-
-/// Complete, in one statement, the items of a batch whose task is a plain one (no
-/// workflow, not a compensation) still `running` under the item's epoch, closing
-/// their attempt-history entries in the same statement; returns the ids that landed.
-/// Other items are left untouched.
-async fn complete_plain_in(
-    tx: &mut Transaction<'static, Postgres>,
-    items: &[&TaskCompleteParams],
-) -> Result<Vec<(i64, i64)>> {
-    let ids: Vec<i64> = items.iter().map(|p| p.lease.id.0).collect();
-    let epochs: Vec<i64> = items.iter().map(|p| p.lease.epoch).collect();
-    let results: Vec<Option<&str>> = items.iter().map(|p| p.result.as_deref()).collect();
-    let nows: Vec<Option<DateTime<Utc>>> = items.iter().map(|p| p.now).collect();
-    sqlx::query_as(
-        "WITH b AS (
-             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[])
-                 AS b(id, epoch, result, at)
-         ), done AS (
-             UPDATE tenax_tasks t
-             SET status = 'succeeded', result = b.result,
-                 finished_at = COALESCE(b.at, now()), updated_at = COALESCE(b.at, now()),
-                 lease_owner = NULL, lease_expires_at = NULL
-             FROM b
-             WHERE t.id = b.id AND t.lease_epoch = b.epoch AND t.status = 'running'
-               AND t.kind = 'execute' AND t.workflow_id IS NULL
-             RETURNING t.id, t.lease_epoch, COALESCE(b.at, now()) AS at
-         ), closed AS (
-             UPDATE tenax_attempts a
-             SET finished_at = done.at, outcome = 'succeeded', error = NULL
-             FROM done
-             WHERE a.task_id = done.id AND a.epoch = done.lease_epoch AND a.outcome = 'running'
-         )
-         SELECT id, lease_epoch FROM done",
-    )
-    .bind(&ids)
-    .bind(&epochs)
-    .bind(&results)
-    .bind(&nows)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(map_err)
-}
-
-/// The leases among `items` that still hold (`running` under that epoch).
-async fn held_leases(
-    tx: &mut Transaction<'static, Postgres>,
-    items: &[&TaskCompleteParams],
-) -> Result<Vec<(i64, i64)>> {
-    let ids: Vec<i64> = items.iter().map(|p| p.lease.id.0).collect();
-    let epochs: Vec<i64> = items.iter().map(|p| p.lease.epoch).collect();
-    sqlx::query_as(
-        "SELECT t.id, t.lease_epoch FROM tenax_tasks t
-         JOIN unnest($1::bigint[], $2::bigint[]) AS l(id, epoch)
-           ON t.id = l.id AND t.lease_epoch = l.epoch
-         WHERE t.status = 'running'",
-    )
-    .bind(&ids)
-    .bind(&epochs)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(map_err)
-}
-
-/// Record what a finished compensation means for the task it compensates.
-async fn record_compensation(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    parent: Option<TaskId>,
-    state: CompensationState,
-) -> Result<()> {
-    let Some(parent) = parent else {
-        return Ok(());
-    };
-    sqlx::query(&format!(
-        "UPDATE tenax_tasks SET compensation = $2, updated_at = {NOW}
-         WHERE id = $3 AND compensation = 'pending'"
-    ))
-    .bind(now)
-    .bind(state.as_str())
-    .bind(parent.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// After a task died: schedule its compensation (a linked task, in this transaction),
-/// or, for a compensation task, record that the compensation failed.
-async fn on_death(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    dead: &TaskRecord,
-) -> Result<()> {
-    match dead.kind {
-        TaskKind::Execute => {
-            sqlx::query(&format!(
-                "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
-                     status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at,
-                     payload_version)
-                 VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW},
-                         $11)
-                 ON CONFLICT (task_no) DO NOTHING"
-            ))
-            .bind(now)
-            .bind(compensation_task_no(dead))
-            .bind(dead.id.0)
-            .bind(&dead.command_type)
-            .bind(&dead.payload)
-            .bind(&dead.queue)
-            .bind(i16::from(dead.priority.get()))
-            .bind(i32::try_from(dead.max_attempts).unwrap_or(i32::MAX))
-            .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
-            .bind(&dead.last_error)
-            .bind(i32::try_from(dead.payload_version).unwrap_or(i32::MAX))
-            .execute(&mut **tx)
-            .await
-            .map_err(map_err)?;
-            notify(tx, &dead.queue).await
-        }
-        TaskKind::Compensate => {
-            record_compensation(tx, now, dead.parent_id, CompensationState::Failed).await
-        }
-    }
 }
 
 #[async_trait]
@@ -747,291 +568,27 @@ impl Storage for PgStorage {
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
         let params = &*crate::common::storable_completion(params);
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let Some(woke) = complete_in(&mut tx, params).await? else {
-                tx.rollback().await.map_err(map_err)?;
-                return Ok(false);
-            };
-            tx.commit().await.map_err(map_err)?;
-            if woke {
-                self.wake();
-            }
-            Ok(true)
-        })
-        .await
+        self.complete_impl(params).await
     }
 
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
-        let error = truncate_error(&params.error);
-        let (wants_death, delay_ms, refund, cancel) = match params.next {
-            FailNext::Retry(delay) => (false, duration_ms(delay), 0i32, false),
-            FailNext::Dead => (true, 0, 0, false),
-            FailNext::HandBack => (false, 0, 1, false),
-            FailNext::Cancelled => (false, 0, 0, true),
-        };
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            // A task out of attempts dies even if the caller asked for a retry; a
-            // hand-back refunds the attempt first, so it never kills a task. A task
-            // whose cancel was requested is not retried: it ends cancelled (a
-            // permanent failure still kills it).
-            let status = "CASE WHEN $2 THEN 'dead'
-                               WHEN $8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
-                               WHEN attempt - $7 >= max_attempts THEN 'dead'
-                               ELSE 'retrying' END";
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = {status},
-                     attempt = attempt - $7,
-                     run_at = {NOW} + $3::float8 * interval '1 millisecond',
-                     last_error = $4, updated_at = {NOW},
-                     lease_owner = NULL, lease_expires_at = NULL,
-                     finished_at = CASE WHEN {status} <> 'retrying' THEN {NOW} END,
-                     compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
-                                         THEN 'pending' ELSE compensation END
-                 WHERE id = $5 AND status = 'running' AND lease_epoch = $6
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(wants_death)
-            .bind(delay_ms as f64)
-            .bind(&error)
-            .bind(params.lease.id.0)
-            .bind(params.lease.epoch)
-            .bind(refund)
-            .bind(cancel)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            let Some(row) = row else {
-                tx.rollback().await.map_err(map_err)?;
-                return Ok(false);
-            };
-            let task = task_from_row(&row)?;
-            let dead = task.status == TaskStatus::Dead;
-            let outcome = if dead {
-                AttemptOutcome::Dead
-            } else {
-                AttemptOutcome::Failed
-            };
-            close_attempt(&mut tx, params.now, params.lease, outcome, Some(&error)).await?;
-            if dead {
-                on_death(&mut tx, params.now, &task).await?;
-            } else if delay_ms == 0 && task.status == TaskStatus::Retrying {
-                notify(&mut tx, &task.queue).await?;
-            }
-            if task.status.is_finished() {
-                workflows::after_finish(&mut tx, params.now, &task).await?;
-            }
-            tx.commit().await.map_err(map_err)?;
-            self.wake();
-            Ok(true)
-        })
-        .await
+        self.fail_impl(params).await
     }
 
     async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            // The expiry is checked again in the UPDATE's own WHERE (a completion that
-            // commits first always wins), and rows another reaper holds are skipped.
-            let rows = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                                   WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
-                     run_at = {NOW},
-                     last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
-                     finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
-                                        THEN {NOW} END,
-                     compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
-                                              AND kind = 'execute'
-                                         THEN 'pending' ELSE compensation END,
-                     lease_owner = NULL, lease_expires_at = NULL, updated_at = {NOW}
-                 WHERE id IN (SELECT id FROM tenax_tasks
-                              WHERE status = 'running' AND lease_expires_at < {NOW}
-                              ORDER BY lease_expires_at LIMIT $2
-                              FOR UPDATE SKIP LOCKED)
-                   AND status = 'running' AND lease_expires_at < {NOW}
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(i64::from(params.limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-            for task in &tasks {
-                let lease = Lease {
-                    id: task.id,
-                    epoch: task.lease_epoch,
-                };
-                close_attempt(
-                    &mut tx,
-                    params.now,
-                    lease,
-                    AttemptOutcome::LeaseExpired,
-                    task.last_error.as_deref(),
-                )
-                .await?;
-                if task.status == TaskStatus::Dead {
-                    on_death(&mut tx, params.now, task).await?;
-                } else {
-                    notify(&mut tx, &task.queue).await?;
-                }
-                if task.status.is_finished() {
-                    workflows::after_finish(&mut tx, params.now, task).await?;
-                }
-            }
-            tx.commit().await.map_err(map_err)?;
-            if !tasks.is_empty() {
-                self.wake();
-            }
-            Ok(tasks
-                .into_iter()
-                .map(|t| ReapedTask {
-                    id: t.id,
-                    status: t.status,
-                })
-                .collect())
-        })
-        .await
+        self.reap_impl(params).await
     }
 
     async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let (by_id, by_no) = split_ref(&params.task);
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}
-                 WHERE (id = $2 OR task_no = $3) AND status IN ('pending', 'retrying', 'blocked')
-                   AND kind = 'execute'
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(by_id)
-            .bind(by_no)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some(row) = row {
-                let task = task_from_row(&row)?;
-                let woke = workflows::after_finish(&mut tx, params.now, &task).await?;
-                tx.commit().await.map_err(map_err)?;
-                if woke {
-                    self.wake();
-                }
-                return Ok(task);
-            }
-            let current = fetch_ref(&mut *tx, &params.task).await?;
-            if let Some(task) = current.as_ref().filter(|t| {
-                t.kind == TaskKind::Execute && t.status == TaskStatus::Running
-            }) {
-                if runtime::request_cancel(&mut tx, params.now, task.id).await? {
-                    tx.commit().await.map_err(map_err)?;
-                    return Ok(task.clone());
-                }
-            }
-            tx.rollback().await.map_err(map_err)?;
-            if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
-                // The compensated task would wait for it forever.
-                return Err(StorageError::InvalidState {
-                    task: params.task.to_string(),
-                    status: task.status,
-                    action: "cancel a compensation",
-                });
-            }
-            Err(refusal(&params.task, current, "cancel it"))
-        })
-        .await
+        self.cancel_impl(params).await
     }
 
     async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let (by_id, by_no) = split_ref(&params.task);
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            // A dead task whose compensation still runs is not retried: undoing and
-            // redoing at the same time would race.
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = 'pending', attempt = 0, run_at = {NOW}, finished_at = NULL,
-                     compensation = NULL, result = NULL, updated_at = {NOW}
-                 WHERE (id = $2 OR task_no = $3) AND status = 'dead'
-                   AND (compensation IS NULL OR compensation != 'pending')
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(by_id)
-            .bind(by_no)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some(row) = row {
-                let task = task_from_row(&row)?;
-                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again, but only
-                    // if the parent is still the dead task it compensates.
-                    let reopened = sqlx::query(&format!(
-                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = {NOW}
-                         WHERE id = $2 AND status = 'dead' AND compensation = 'failed'
-                           AND lease_epoch = $3"
-                    ))
-                    .bind(params.now)
-                    .bind(parent.0)
-                    .bind(compensated_epoch(&task))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    if reopened.rows_affected() != 1 {
-                        tx.rollback().await.map_err(map_err)?;
-                        return Err(stale_compensation(&params.task));
-                    }
-                }
-                notify(&mut tx, &task.queue).await?;
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                return Ok(task);
-            }
-            let current = fetch_ref(&mut *tx, &params.task).await?;
-            tx.rollback().await.map_err(map_err)?;
-            if let Some(task) = current.as_ref().filter(|t| t.status == TaskStatus::Dead) {
-                return Err(StorageError::InvalidState {
-                    task: params.task.to_string(),
-                    status: task.status,
-                    action: "retry it while its compensation runs",
-                });
-            }
-            Err(refusal(&params.task, current, "retry it"))
-        })
-        .await
+        self.retry_impl(params).await
     }
 
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
-        self.timed(async {
-            let deleted: i64 = sqlx::query_scalar(&format!(
-                "WITH gone AS (
-                     DELETE FROM tenax_tasks
-                     WHERE id IN (SELECT id FROM tenax_tasks
-                                  WHERE status IN ('succeeded', 'dead', 'cancelled')
-                                    AND finished_at < {NOW} - $2::float8 * interval '1 millisecond'
-                                    AND (compensation IS NULL OR compensation != 'pending')
-                                  ORDER BY finished_at LIMIT $3
-                                  FOR UPDATE SKIP LOCKED)
-                     RETURNING id
-                 ), history AS (
-                     DELETE FROM tenax_attempts WHERE task_id IN (SELECT id FROM gone)
-                 )
-                 SELECT COUNT(*) FROM gone"
-            ))
-            .bind(params.now)
-            .bind(duration_ms(params.retention) as f64)
-            .bind(i64::from(params.limit))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-            Ok(u64::try_from(deleted).unwrap_or(0))
-        })
-        .await
+        self.prune_impl(params).await
     }
 
     async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
@@ -1065,7 +622,7 @@ impl Storage for PgStorage {
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
         self.timed(async {
             let mut tx = self.begin().await?;
-            let detail = workflows::insert(&mut tx, params).await?;
+            let detail = flow::insert(&mut *tx, params).await?;
             tx.commit().await.map_err(map_err)?;
             self.wake();
             Ok(detail)
@@ -1076,7 +633,7 @@ impl Storage for PgStorage {
     async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
         self.timed(async {
             let mut conn = self.pool.acquire().await.map_err(map_err)?;
-            workflows::get(&mut conn, id).await
+            flow::get(&mut *conn, id).await
         })
         .await
     }
@@ -1084,7 +641,7 @@ impl Storage for PgStorage {
     async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
         self.timed(async {
             let mut conn = self.pool.acquire().await.map_err(map_err)?;
-            workflows::list(&mut conn, params).await
+            flow::list(&mut *conn, params).await
         })
         .await
     }
@@ -1149,54 +706,7 @@ impl Storage for PgStorage {
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>> {
         let params = &*crate::common::storable_completions(params);
-        crate::common::check_complete_many(params)?;
-        if params.is_empty() {
-            return Ok(Vec::new());
-        }
-        let repeated = crate::common::repeated_leases(params);
-        let first: Vec<&TaskCompleteParams> = params
-            .iter()
-            .zip(&repeated)
-            .filter(|(_, repeated)| !**repeated)
-            .map(|(p, _)| p)
-            .collect();
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let landed: HashSet<(i64, i64)> = complete_plain_in(&mut tx, &first)
-                .await?
-                .into_iter()
-                .collect();
-            // The leases that did not land but still hold are those of workflow tasks
-            // and compensations: left alone, for the one-task path.
-            let missed: Vec<&TaskCompleteParams> = first
-                .iter()
-                .copied()
-                .filter(|p| !landed.contains(&(p.lease.id.0, p.lease.epoch)))
-                .collect();
-            let alone: HashSet<(i64, i64)> = if missed.is_empty() {
-                HashSet::new()
-            } else {
-                held_leases(&mut tx, &missed).await?.into_iter().collect()
-            };
-            tx.commit().await.map_err(map_err)?;
-            Ok(params
-                .iter()
-                .zip(&repeated)
-                .map(|(p, repeated)| {
-                    let lease = (p.lease.id.0, p.lease.epoch);
-                    if *repeated {
-                        BatchCompletion::Lost
-                    } else if landed.contains(&lease) {
-                        BatchCompletion::Landed
-                    } else if alone.contains(&lease) {
-                        BatchCompletion::Alone
-                    } else {
-                        BatchCompletion::Lost
-                    }
-                })
-                .collect())
-        })
-        .await
+        self.complete_many_impl(params).await
     }
 
     async fn outbox_stats(

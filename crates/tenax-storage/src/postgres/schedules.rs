@@ -6,7 +6,7 @@ use sqlx::{Postgres, Row, Transaction};
 use tenax_core::schedule::plan_fire;
 use tenax_core::TaskId;
 
-use super::{map_err, notify, PgStorage, NOW};
+use super::{clock, map_err, notify, PgStorage};
 use crate::common::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::params::*;
@@ -41,17 +41,6 @@ fn schedule_from_row(row: &PgRow) -> Result<ScheduleRecord> {
         updated_at: row.try_get("updated_at").map_err(map_err)?,
     }
     .decode()
-}
-
-async fn clock(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-) -> Result<DateTime<Utc>> {
-    sqlx::query_scalar(&format!("SELECT {NOW}"))
-        .bind(now)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(map_err)
 }
 
 async fn locked(

@@ -1,5 +1,6 @@
 //! Transactional completion on PostgreSQL (see `crate::transactional`).
-use super::{complete_in, map_err, PgStorage};
+use super::outcomes::complete_in;
+use super::{map_err, PgStorage};
 use crate::Result;
 
 crate::transactional::transactional_api!(sqlx::Postgres, PgStorage, "PostgreSQL");

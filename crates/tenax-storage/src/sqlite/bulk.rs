@@ -2,13 +2,14 @@
 //! filter picks (lowest ids first, at most the limit), in one `BEGIN IMMEDIATE`
 //! transaction. Every filter value is a bound parameter.
 use sqlx::{Row, Sqlite, Transaction};
-use tenax_core::TaskId;
 
-use super::{clock, fetch_ref, map_err, workflows, SqliteStorage};
+use super::rows::ms;
+use super::{clock, map_err, SqliteStorage};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::common::json_list;
-use crate::error::{Result, StorageError};
-use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams, TaskRef};
+use crate::error::Result;
+use crate::flow;
+use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
 
 /// The filter's conditions. Parameters: ?2 the statuses (JSON list), ?3 the type, ?4
 /// the queue, ?5 the ids (JSON list or NULL), ?6 and ?7 the creation bounds (ms), ?8 the
@@ -118,12 +119,7 @@ impl SqliteStorage {
             BulkAction::Cancel => {
                 let (cancelled, in_workflows) = cancel_waiting(&mut tx, params, now, limit).await?;
                 outcome.changed = cancelled;
-                for id in in_workflows {
-                    let task = fetch_ref(&mut *tx, &TaskRef::Id(TaskId(id)))
-                        .await?
-                        .ok_or_else(|| StorageError::NotFound(id.to_string()))?;
-                    woke |= workflows::after_finish(&mut tx, &task, now).await?;
-                }
+                woke = flow::cancelled(&mut *tx, &in_workflows, ms(now)?).await?;
                 outcome.cancel_requested = apply(
                     &mut tx,
                     &format!(

@@ -18,17 +18,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use sqlx::{Row, Sqlite, Transaction};
-use tenax_core::{
-    AttemptOutcome, AttemptRecord, CompensationState, InvalidInput, TaskId, TaskKind, TaskRecord,
-    TaskStatus,
-};
+use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 use tokio::sync::watch;
 
-use crate::common::{
-    compensated_epoch, compensation_task_no, duration_ms, json_list, offers_nothing, refusal,
-    sort_in_claim_order, split_ref, stale_compensation, truncate_error, validate_insert,
-};
+use crate::common::{duration_ms, json_list, offers_nothing, validate_insert};
 use crate::error::{Result, StorageError};
+use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -37,16 +32,20 @@ use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
 };
-use crate::{Capabilities, Storage, WakeReceiver, ATTEMPT_HISTORY_LEN};
+use crate::{Capabilities, Storage, WakeReceiver};
 
+mod actions;
 mod alert_state;
 mod audit;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod bulk;
+mod claim;
 mod events;
 mod insert;
+mod keys;
 mod outbox;
+mod outcomes;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -229,184 +228,6 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
     }
 }
 
-/// Insert the compensation task of `dead`, a task that just died.
-async fn schedule_compensation(
-    tx: &mut Transaction<'static, Sqlite>,
-    dead: &TaskRecord,
-    now: i64,
-) -> Result<()> {
-    let task_no = compensation_task_no(dead);
-    sqlx::query(
-        "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
-             queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
-             updated_at)
-         VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (task_no) DO NOTHING",
-    )
-    .bind(task_no)
-    .bind(dead.id.0)
-    .bind(&dead.command_type)
-    .bind(&dead.payload)
-    .bind(i64::from(dead.payload_version))
-    .bind(&dead.queue)
-    .bind(i64::from(dead.priority.get()))
-    .bind(i64::from(dead.max_attempts))
-    .bind(now)
-    .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
-    .bind(&dead.last_error)
-    .bind(now)
-    .bind(now)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// Record what a finished compensation task means for the task it compensates.
-async fn record_compensation(
-    tx: &mut Transaction<'static, Sqlite>,
-    parent: Option<TaskId>,
-    state: CompensationState,
-    now: i64,
-) -> Result<()> {
-    let Some(parent) = parent else {
-        return Ok(());
-    };
-    sqlx::query(
-        "UPDATE tenax_tasks SET compensation = ?, updated_at = ?
-         WHERE id = ? AND compensation = 'pending'",
-    )
-    .bind(state.as_str())
-    .bind(now)
-    .bind(parent.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// After a task died: schedule its compensation, or, for a compensation task, record
-/// that the compensation failed.
-async fn on_death(
-    tx: &mut Transaction<'static, Sqlite>,
-    dead: &TaskRecord,
-    now: i64,
-) -> Result<()> {
-    match dead.kind {
-        TaskKind::Execute => schedule_compensation(tx, dead, now).await,
-        TaskKind::Compensate => {
-            record_compensation(tx, dead.parent_id, CompensationState::Failed, now).await
-        }
-    }
-}
-
-/// Complete one leased task inside `tx` at `now`, as
-/// [`Storage::task_complete_if_leased`] does: `None` (and nothing written) when the
-/// lease was lost, else whether tasks that depend on it became due.
-async fn complete_in(
-    tx: &mut Transaction<'static, Sqlite>,
-    params: &TaskCompleteParams,
-    now: i64,
-) -> Result<Option<bool>> {
-    let row = sqlx::query(&format!(
-        "UPDATE tenax_tasks
-         SET status = 'succeeded', result = ?1, finished_at = ?2, updated_at = ?2,
-             lease_owner = NULL, lease_expires_at = NULL
-         WHERE id = ?3 AND status = 'running' AND lease_epoch = ?4
-         RETURNING {TASK_COLUMNS}"
-    ))
-    .bind(params.result.as_deref())
-    .bind(now)
-    .bind(params.lease.id.0)
-    .bind(params.lease.epoch)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let task = task_from_row(&row)?;
-    close_attempt(tx, params.lease, AttemptOutcome::Succeeded, None, now).await?;
-    if task.kind == TaskKind::Compensate {
-        record_compensation(tx, task.parent_id, params.compensation, now).await?;
-    }
-    Ok(Some(workflows::after_finish(tx, &task, now).await?))
-}
-
-/// Complete, inside `tx`, the plain tasks among `items` (neither a workflow's task nor
-/// a compensation) whose lease still holds, each at `at(item)`, and close their
-/// attempts: two statements for the whole batch. Returns the leases that landed; the
-/// other items are left untouched.
-async fn complete_plain_in(
-    tx: &mut Transaction<'static, Sqlite>,
-    items: &[&TaskCompleteParams],
-    at: impl Fn(&TaskCompleteParams) -> i64,
-) -> Result<std::collections::HashSet<(i64, i64)>> {
-    if items.is_empty() {
-        return Ok(std::collections::HashSet::new());
-    }
-    // [[id, epoch, result, at], ...]: the result is JSON text, carried as a string.
-    let batch = json_list(
-        &items
-            .iter()
-            .map(|p| (p.lease.id.0, p.lease.epoch, p.result.as_deref(), at(p)))
-            .collect::<Vec<_>>(),
-    );
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
-        "UPDATE tenax_tasks
-         SET status = 'succeeded', result = b.result, finished_at = b.at, updated_at = b.at,
-             lease_owner = NULL, lease_expires_at = NULL
-         FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch,
-                      json_extract(value, '$[2]') AS result, json_extract(value, '$[3]') AS at
-               FROM json_each(?1)) AS b
-         WHERE tenax_tasks.id = b.id AND tenax_tasks.lease_epoch = b.epoch
-           AND tenax_tasks.status = 'running' AND tenax_tasks.kind = 'execute'
-           AND tenax_tasks.workflow_id IS NULL
-         RETURNING id, lease_epoch, finished_at",
-    )
-    .bind(&batch)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    if !rows.is_empty() {
-        sqlx::query(
-            "UPDATE tenax_attempts
-             SET finished_at = json_extract(d.value, '$[2]'), outcome = 'succeeded', error = NULL
-             FROM json_each(?1) AS d
-             WHERE tenax_attempts.task_id = json_extract(d.value, '$[0]')
-               AND tenax_attempts.epoch = json_extract(d.value, '$[1]')
-               AND tenax_attempts.outcome = 'running'",
-        )
-        .bind(json_list(&rows))
-        .execute(&mut **tx)
-        .await
-        .map_err(map_err)?;
-    }
-    Ok(rows.into_iter().map(|(id, epoch, _)| (id, epoch)).collect())
-}
-
-async fn close_attempt(
-    tx: &mut Transaction<'static, Sqlite>,
-    lease: Lease,
-    outcome: AttemptOutcome,
-    error: Option<&str>,
-    now: i64,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE tenax_attempts SET finished_at = ?, outcome = ?, error = ?
-         WHERE task_id = ? AND epoch = ? AND outcome = 'running'",
-    )
-    .bind(now)
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(lease.id.0)
-    .bind(lease.epoch)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
 async fn fetch_ref(
     executor: impl sqlx::SqliteExecutor<'_>,
     task: &TaskRef,
@@ -448,99 +269,6 @@ impl SqliteStorage {
             self.wake();
         }
         Ok(outcomes)
-    }
-
-    /// The claim without rate limits, in one `BEGIN IMMEDIATE` transaction.
-    pub(super) async fn claim_plain(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        const CLAIM: &str = "UPDATE tenax_tasks
-             SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
-                 lease_owner = ?1, lease_expires_at = ?2 + ?3,
-                 started_at = COALESCE(started_at, ?2), updated_at = ?2
-             WHERE id IN ";
-        let controls = queues::controls(&mut tx, &params.queues).await?;
-        // Tasks with a concurrency key take the restricted path (their keys are
-        // counted); without any due, the claim is the one statement below.
-        let fast = controls.is_empty() && !queues::keyed_due(&mut tx, params, now).await?;
-        let rows = if fast {
-            // The fast path: no queue of the claim is paused or limited. ?5 is a JSON
-            // list of [type, highest payload version the worker decodes]. The order is
-            // the aging key of tenax_tasks_claim_key, written as in the index so the
-            // planner walks it; a due task's key is at most now, which bounds the walk.
-            sqlx::query(&format!(
-                "{CLAIM} (
-                     SELECT id FROM tenax_tasks
-                     WHERE status IN ('pending', 'retrying') AND run_at <= ?2
-                       AND run_at - priority * {STEP_MS} <= ?2
-                       AND queue IN (SELECT value FROM json_each(?4))
-                       AND EXISTS (SELECT 1 FROM json_each(?5) AS offer
-                                   WHERE json_extract(offer.value, '$[0]') = command_type
-                                     AND json_extract(offer.value, '$[1]') >= payload_version)
-                     ORDER BY run_at - priority * {STEP_MS}, id
-                     LIMIT ?6)
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(&params.worker)
-            .bind(now)
-            .bind(duration_ms(params.lease_ttl))
-            .bind(json_list(&params.queues))
-            .bind(json_list(&params.commands))
-            .bind(i64::from(params.limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-        } else {
-            let ids = queues::pick(&mut tx, params, now, &controls).await?;
-            sqlx::query(&format!(
-                "{CLAIM} (SELECT value FROM json_each(?4)) RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(&params.worker)
-            .bind(now)
-            .bind(duration_ms(params.lease_ttl))
-            .bind(json_list(&ids))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?
-        };
-        let mut tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-        if tasks.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(tasks);
-        }
-        let ids = json_list(&tasks.iter().map(|t| t.id.0).collect::<Vec<_>>());
-        sqlx::query(
-            "INSERT INTO tenax_attempts (task_id, epoch, attempt, worker, started_at, outcome)
-             SELECT id, lease_epoch, attempt, lease_owner, ?1, 'running' FROM tenax_tasks
-             WHERE id IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(now)
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        // Only a task past its first ATTEMPT_HISTORY_LEN epochs has attempts to drop.
-        let long: Vec<i64> = tasks
-            .iter()
-            .filter(|t| t.lease_epoch > ATTEMPT_HISTORY_LEN)
-            .map(|t| t.id.0)
-            .collect();
-        if !long.is_empty() {
-            sqlx::query(
-                "DELETE FROM tenax_attempts
-                 WHERE task_id IN (SELECT value FROM json_each(?1))
-                   AND epoch <= (SELECT t.lease_epoch FROM tenax_tasks t
-                                 WHERE t.id = tenax_attempts.task_id) - ?2",
-            )
-            .bind(json_list(&long))
-            .bind(ATTEMPT_HISTORY_LEN)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        sort_in_claim_order(&mut tasks);
-        Ok(tasks)
     }
 }
 
@@ -685,288 +413,27 @@ impl Storage for SqliteStorage {
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
         let params = &*crate::common::storable_completion(params);
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let Some(woke) = complete_in(&mut tx, params, now).await? else {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        };
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(true)
+        self.complete_impl(params).await
     }
 
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
-        let error = truncate_error(&params.error);
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let (wants_death, run_at, refund, cancel) = match params.next {
-            FailNext::Retry(delay) => (false, now.saturating_add(duration_ms(delay)), 0, false),
-            FailNext::Dead => (true, now, 0, false),
-            FailNext::HandBack => (false, now, 1, false),
-            FailNext::Cancelled => (false, now, 0, true),
-        };
-        // A task out of attempts dies even if the caller asked for a retry: the budget
-        // is enforced here, not only by the worker. A hand-back refunds the attempt
-        // first, so it never kills a task. A task whose cancel was requested is not
-        // retried: it ends cancelled (a permanent failure still kills it).
-        let status = "CASE WHEN ?1 THEN 'dead'
-                           WHEN ?8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
-                           WHEN attempt - ?7 >= max_attempts THEN 'dead'
-                           ELSE 'retrying' END";
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = {status},
-                 attempt = attempt - ?7,
-                 run_at = ?2, last_error = ?3, updated_at = ?4,
-                 lease_owner = NULL, lease_expires_at = NULL,
-                 finished_at = CASE WHEN {status} != 'retrying' THEN ?4 END,
-                 compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
-                                     THEN 'pending' ELSE compensation END
-             WHERE id = ?5 AND status = 'running' AND lease_epoch = ?6
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(wants_death)
-        .bind(run_at)
-        .bind(&error)
-        .bind(now)
-        .bind(params.lease.id.0)
-        .bind(params.lease.epoch)
-        .bind(refund)
-        .bind(cancel)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let Some(row) = row else {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        };
-        let task = task_from_row(&row)?;
-        let dead = task.status == TaskStatus::Dead;
-        let outcome = if dead {
-            AttemptOutcome::Dead
-        } else {
-            AttemptOutcome::Failed
-        };
-        close_attempt(&mut tx, params.lease, outcome, Some(&error), now).await?;
-        if dead {
-            on_death(&mut tx, &task, now).await?;
-        }
-        if task.status.is_finished() {
-            workflows::after_finish(&mut tx, &task, now).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        self.wake();
-        Ok(true)
+        self.fail_impl(params).await
     }
 
     async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
-        // on a row it read earlier, so a completion that commits first always wins.
-        let rows = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                               WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
-                 run_at = ?1,
-                 last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
-                 finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
-                                    THEN ?1 END,
-                 compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
-                                          AND kind = 'execute'
-                                     THEN 'pending' ELSE compensation END,
-                 lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
-             WHERE id IN (SELECT id FROM tenax_tasks
-                          WHERE status = 'running' AND lease_expires_at < ?1
-                          ORDER BY lease_expires_at LIMIT ?2)
-               AND status = 'running' AND lease_expires_at < ?1
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(i64::from(params.limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-        for task in &tasks {
-            let lease = Lease {
-                id: task.id,
-                epoch: task.lease_epoch,
-            };
-            close_attempt(
-                &mut tx,
-                lease,
-                AttemptOutcome::LeaseExpired,
-                task.last_error.as_deref(),
-                now,
-            )
-            .await?;
-            if task.status == TaskStatus::Dead {
-                on_death(&mut tx, task, now).await?;
-            }
-            if task.status.is_finished() {
-                workflows::after_finish(&mut tx, task, now).await?;
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        if !tasks.is_empty() {
-            self.wake();
-        }
-        Ok(tasks
-            .into_iter()
-            .map(|t| ReapedTask {
-                id: t.id,
-                status: t.status,
-            })
-            .collect())
+        self.reap_impl(params).await
     }
 
     async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let (by_id, by_no) = split_ref(&params.task);
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
-             WHERE (id = ?2 OR task_no = ?3) AND status IN ('pending', 'retrying', 'blocked')
-               AND kind = 'execute'
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(by_id)
-        .bind(by_no)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => {
-                let task = task_from_row(&row)?;
-                let woke = workflows::after_finish(&mut tx, &task, now).await?;
-                tx.commit().await.map_err(map_err)?;
-                if woke {
-                    self.wake();
-                }
-                Ok(task)
-            }
-            None => {
-                let current = fetch_ref(&mut *tx, &params.task).await?;
-                if let Some(task) = current
-                    .as_ref()
-                    .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
-                {
-                    if runtime::request_cancel(&mut tx, task.id, now).await? {
-                        tx.commit().await.map_err(map_err)?;
-                        return Ok(task.clone());
-                    }
-                }
-                tx.rollback().await.map_err(map_err)?;
-                if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
-                    // The compensated task would wait for it forever.
-                    return Err(StorageError::InvalidState {
-                        task: params.task.to_string(),
-                        status: task.status,
-                        action: "cancel a compensation",
-                    });
-                }
-                Err(refusal(&params.task, current, "cancel it"))
-            }
-        }
+        self.cancel_impl(params).await
     }
 
     async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let (by_id, by_no) = split_ref(&params.task);
-        // A dead task whose compensation still runs is not retried: undoing and redoing
-        // at the same time would race.
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = 'pending', attempt = 0, run_at = ?1, finished_at = NULL,
-                 compensation = NULL, result = NULL, updated_at = ?1
-             WHERE (id = ?2 OR task_no = ?3) AND status = 'dead'
-               AND (compensation IS NULL OR compensation != 'pending')
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(by_id)
-        .bind(by_no)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => {
-                let task = task_from_row(&row)?;
-                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again, but only
-                    // if the parent is still the dead task it compensates (not retried
-                    // since, which would make this compensation undo a newer run).
-                    let reopened = sqlx::query(
-                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
-                         WHERE id = ? AND status = 'dead' AND compensation = 'failed'
-                           AND lease_epoch = ?",
-                    )
-                    .bind(now)
-                    .bind(parent.0)
-                    .bind(compensated_epoch(&task))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    if reopened.rows_affected() != 1 {
-                        tx.rollback().await.map_err(map_err)?;
-                        return Err(stale_compensation(&params.task));
-                    }
-                }
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                Ok(task)
-            }
-            None => {
-                let current = fetch_ref(&mut *tx, &params.task).await?;
-                tx.rollback().await.map_err(map_err)?;
-                if let Some(task) = &current {
-                    if task.status == TaskStatus::Dead {
-                        return Err(StorageError::InvalidState {
-                            task: params.task.to_string(),
-                            status: task.status,
-                            action: "retry it while its compensation runs",
-                        });
-                    }
-                }
-                Err(refusal(&params.task, current, "retry it"))
-            }
-        }
+        self.retry_impl(params).await
     }
 
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "DELETE FROM tenax_tasks
-             WHERE id IN (SELECT id FROM tenax_tasks
-                          WHERE status IN ('succeeded', 'dead', 'cancelled')
-                            AND finished_at < ?1
-                            AND (compensation IS NULL OR compensation != 'pending')
-                          ORDER BY finished_at LIMIT ?2)
-             RETURNING id",
-        )
-        .bind(now.saturating_sub(duration_ms(params.retention)))
-        .bind(i64::from(params.limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if !ids.is_empty() {
-            sqlx::query(
-                "DELETE FROM tenax_attempts WHERE task_id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(json_list(&ids))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(ids.len() as u64)
+        self.prune_impl(params).await
     }
 
     async fn stats(&self) -> Result<Stats> {
@@ -1085,7 +552,7 @@ impl Storage for SqliteStorage {
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
         let mut tx = self.begin().await?;
-        let detail = workflows::insert(&mut tx, params).await?;
+        let detail = flow::insert(&mut *tx, params).await?;
         tx.commit().await.map_err(map_err)?;
         self.wake();
         Ok(detail)
@@ -1093,12 +560,12 @@ impl Storage for SqliteStorage {
 
     async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        workflows::get(&mut conn, id).await
+        flow::get(&mut *conn, id).await
     }
 
     async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        workflows::list(&mut conn, params).await
+        flow::list(&mut *conn, params).await
     }
 
     async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
@@ -1151,44 +618,7 @@ impl Storage for SqliteStorage {
         params: &[TaskCompleteParams],
     ) -> Result<Vec<BatchCompletion>> {
         let params = &*crate::common::storable_completions(params);
-        crate::common::check_complete_many(params)?;
-        if params.is_empty() {
-            return Ok(Vec::new());
-        }
-        let repeated = crate::common::repeated_leases(params);
-        // One `BEGIN IMMEDIATE` (one fsync) for the batch. The plain tasks take two
-        // statements for the whole batch; a workflow task or a compensation, and a
-        // lease that no longer holds, take the one-task path after them, in the same
-        // transaction: the single writer holds no row another writer waits for.
-        let mut tx = self.begin().await?;
-        let db_now = clock(&mut tx, None).await?;
-        let at = |item: &TaskCompleteParams| item.now.map_or(db_now, |at| at.timestamp_millis());
-        let first: Vec<&TaskCompleteParams> = params
-            .iter()
-            .zip(&repeated)
-            .filter(|(_, repeated)| !**repeated)
-            .map(|(item, _)| item)
-            .collect();
-        let plain = complete_plain_in(&mut tx, &first, at).await?;
-        let mut landed = Vec::with_capacity(params.len());
-        let mut woke = false;
-        for (item, repeated) in params.iter().zip(repeated) {
-            if repeated {
-                landed.push(BatchCompletion::Lost);
-            } else if plain.contains(&(item.lease.id.0, item.lease.epoch)) {
-                landed.push(BatchCompletion::Landed);
-            } else if let Some(w) = complete_in(&mut tx, item, at(item)).await? {
-                woke |= w;
-                landed.push(BatchCompletion::Landed);
-            } else {
-                landed.push(BatchCompletion::Lost);
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(landed)
+        self.complete_many_impl(params).await
     }
 
     async fn outbox_stats(

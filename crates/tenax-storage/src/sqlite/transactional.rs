@@ -1,5 +1,6 @@
 //! Transactional completion on SQLite (see `crate::transactional`).
-use super::{clock, complete_in, map_err, SqliteStorage};
+use super::outcomes::complete_in;
+use super::{clock, map_err, SqliteStorage};
 use crate::Result;
 
 crate::transactional::transactional_api!(sqlx::Sqlite, SqliteStorage, "SQLite");

@@ -1,328 +1,251 @@
-//! Workflows on SQLite: inserting one, moving dependents when a task finishes, the
-//! saga's compensation chain, and the readers. Every function runs inside the caller's
-//! transaction (SQLite's single writer serialises them).
-use std::collections::HashMap;
-
+//! Workflows on SQLite: the statements of [`crate::flow`] (which decides what a
+//! finished task does to its workflow, and a saga's compensation chain), and the
+//! readers. The writes run inside the caller's transaction (SQLite's single writer
+//! serialises them).
 use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, Transaction};
-use tenax_core::{TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus};
+use tenax_core::{CompensationState, TaskId, TaskNo, TaskRecord};
 
 use super::insert::{insert_many, WorkflowRows};
 use super::rows::{ms, task_from_row, TASK_COLUMNS};
-use super::{fetch_ref, map_err, schedule_compensation, NOW_MS};
+use super::{fetch_ref, map_err, NOW_MS};
 use crate::error::Result;
-use crate::params::TaskRef;
+use crate::flow::{WorkflowOf, WorkflowReads, WorkflowTx};
+use crate::params::{TaskInsertOutcome, TaskInsertParams, TaskRef};
 use crate::workflows::{
-    assemble, check_workflow, created_tasks, detail, ParentOutcome, StatusCount, WorkflowDetail,
-    WorkflowId, WorkflowInsertParams, WorkflowKind, WorkflowListParams, WorkflowPolicy,
-    WorkflowRecord, WorkflowRow,
+    ParentOutcome, StatusCount, WorkflowDetail, WorkflowId, WorkflowInsertParams,
+    WorkflowListParams, WorkflowRow, WorkflowState,
 };
 
 /// Dependency rows per statement (2 values each).
 const DEPS_CHUNK: usize = 400;
 
-async fn clock(conn: &mut SqliteConnection, now: Option<DateTime<Utc>>) -> Result<i64> {
-    match now {
-        Some(now) => Ok(now.timestamp_millis()),
-        None => sqlx::query_scalar(NOW_MS)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(map_err),
-    }
-}
-
-/// Insert a workflow on `conn`, inside the caller's transaction.
-pub(super) async fn insert(
-    conn: &mut SqliteConnection,
-    params: &WorkflowInsertParams,
-) -> Result<WorkflowDetail> {
-    let checked = check_workflow(params)?;
-    let now = clock(conn, params.now).await?;
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO tenax_workflows (name, kind, policy, state, created_at, updated_at)
-         VALUES (?, ?, ?, 'running', ?, ?) RETURNING id",
-    )
-    .bind(&params.name)
-    .bind(params.kind.as_str())
-    .bind(params.policy.as_str())
-    .bind(now)
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let rows = WorkflowRows {
-        id,
-        keys: params.tasks.iter().map(|t| t.key.as_str()).collect(),
-        waiting: checked.parents.iter().map(|p| p.len() as i64).collect(),
-    };
-    let now_at = Some(ms(now)?);
-    let outcomes = insert_many(conn, &checked.tasks, now_at, Some(&rows)).await?;
-    let tasks = created_tasks(params, outcomes)?;
-    let mut deps = Vec::new();
-    for (child, parents) in checked.parents.iter().enumerate() {
-        for parent in parents {
-            deps.push((tasks[child].1.id.0, tasks[*parent].1.id.0));
-        }
-    }
-    for chunk in deps.chunks(DEPS_CHUNK) {
-        let mut qb =
-            QueryBuilder::<Sqlite>::new("INSERT INTO tenax_task_deps (child_id, parent_id) ");
-        qb.push_values(chunk, |mut row, (child, parent)| {
-            row.push_bind(*child).push_bind(*parent);
-        });
-        qb.build().execute(&mut *conn).await.map_err(map_err)?;
-    }
-    let counts = count_statuses(&tasks);
-    let record = assemble(
-        WorkflowRow {
-            id,
-            name: params.name.clone(),
-            kind: params.kind.as_str().to_owned(),
-            policy: params.policy.as_str().to_owned(),
-            state: "running".to_owned(),
-            created_at: ms(now)?,
-            finished_at: None,
-        },
-        &counts,
-    )?;
-    Ok(detail(record, tasks, &deps))
-}
-
-fn count_statuses(tasks: &[(String, TaskRecord)]) -> Vec<StatusCount> {
-    let mut counts: HashMap<TaskStatus, u64> = HashMap::new();
-    for (_, task) in tasks {
-        *counts.entry(task.status).or_default() += 1;
-    }
-    counts.into_iter().map(|(s, n)| (s, n, None)).collect()
-}
-
-/// The workflow a task belongs to: id, kind, policy and stored state.
-async fn workflow_of(
-    tx: &mut Transaction<'static, Sqlite>,
-    task: TaskId,
-) -> Result<Option<(i64, WorkflowKind, WorkflowPolicy, String)>> {
-    let row = sqlx::query(
-        "SELECT w.id, w.kind, w.policy, w.state FROM tenax_tasks t
-         JOIN tenax_workflows w ON w.id = t.workflow_id WHERE t.id = ?",
-    )
-    .bind(task.0)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else { return Ok(None) };
-    let kind: String = row.try_get("kind").map_err(map_err)?;
-    let policy: String = row.try_get("policy").map_err(map_err)?;
-    let corrupt = |what: &str| crate::StorageError::Corrupt(format!("workflow {what}"));
-    Ok(Some((
-        row.try_get("id").map_err(map_err)?,
-        WorkflowKind::parse(&kind).ok_or_else(|| corrupt(&kind))?,
-        WorkflowPolicy::parse(&policy).ok_or_else(|| corrupt(&policy))?,
-        row.try_get("state").map_err(map_err)?,
-    )))
-}
-
-/// One parent of each child of `parent` finished: count it down; a child at zero
-/// becomes `pending` (due now, or later if it was delayed). Returns how many did.
-async fn count_down_children(
-    tx: &mut Transaction<'static, Sqlite>,
-    parent: TaskId,
-    now: i64,
-) -> Result<u64> {
-    let rows = sqlx::query(
-        "UPDATE tenax_tasks
-         SET status = CASE WHEN waiting_parents <= 1 THEN 'pending' ELSE status END,
-             run_at = CASE WHEN waiting_parents <= 1 AND run_at < ?1 THEN ?1 ELSE run_at END,
-             waiting_parents = waiting_parents - 1,
-             updated_at = ?1
-         WHERE id IN (SELECT child_id FROM tenax_task_deps WHERE parent_id = ?2)
-           AND status = 'blocked'
-         RETURNING status",
-    )
-    .bind(now)
-    .bind(parent.0)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(rows
-        .iter()
-        .filter(|r| r.try_get::<String, _>("status").ok().as_deref() == Some("pending"))
-        .count() as u64)
-}
-
-/// Cancel every blocked task that depends on `task`, transitively.
-async fn cancel_dependents(
-    tx: &mut Transaction<'static, Sqlite>,
-    task: &TaskRecord,
-    now: i64,
-) -> Result<()> {
-    sqlx::query(
-        "WITH RECURSIVE down(id) AS (
-             SELECT child_id FROM tenax_task_deps WHERE parent_id = ?2
-             UNION
-             SELECT d.child_id FROM tenax_task_deps d JOIN down ON d.parent_id = down.id)
-         UPDATE tenax_tasks
-         SET status = 'cancelled', finished_at = ?1, updated_at = ?1, last_error = ?3
-         WHERE id IN (SELECT id FROM down) AND status = 'blocked'",
-    )
-    .bind(now)
-    .bind(task.id.0)
-    .bind(format!(
-        "cancelled: task {} (#{}) it depends on ended {}",
-        task.task_no, task.id, task.status
-    ))
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// Schedule the compensation of a saga step that succeeded (once: its compensation
-/// state must still be unset), with `cause` as the error it compensates.
-async fn compensate_step(
-    tx: &mut Transaction<'static, Sqlite>,
-    step: TaskId,
-    cause: Option<&str>,
-    now: i64,
-) -> Result<()> {
-    let marked = sqlx::query(&format!(
-        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?1
-         WHERE id = ?2 AND status = 'succeeded' AND compensation IS NULL
-         RETURNING {TASK_COLUMNS}"
-    ))
-    .bind(now)
-    .bind(step.0)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    if let Some(row) = marked {
-        let mut task = task_from_row(&row)?;
-        task.last_error = cause.map(str::to_owned);
-        schedule_compensation(tx, &task, now).await?;
-    }
-    Ok(())
-}
-
-/// A saga step's compensation finished (or the step was cancelled): compensate the
-/// step before it, or, at the first step, the saga is compensated.
-async fn compensate_before(
-    tx: &mut Transaction<'static, Sqlite>,
-    workflow: i64,
-    step: &TaskRecord,
-    now: i64,
-) -> Result<()> {
-    let previous: Option<i64> =
-        sqlx::query_scalar("SELECT parent_id FROM tenax_task_deps WHERE child_id = ?")
-            .bind(step.id.0)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(map_err)?;
-    match previous {
-        Some(previous) => {
-            compensate_step(tx, TaskId(previous), step.last_error.as_deref(), now).await
-        }
-        None => set_state(tx, workflow, "compensating", "compensated", now).await,
-    }
-}
-
-async fn set_state(
-    tx: &mut Transaction<'static, Sqlite>,
-    workflow: i64,
-    from: &str,
-    to: &str,
-    now: i64,
-) -> Result<()> {
-    let finished = if matches!(to, "compensating") {
-        None
-    } else {
-        Some(now)
-    };
-    sqlx::query(
-        "UPDATE tenax_workflows SET state = ?1, updated_at = ?2, finished_at = ?3
-         WHERE id = ?4 AND state = ?5",
-    )
-    .bind(to)
-    .bind(now)
-    .bind(finished)
-    .bind(workflow)
-    .bind(from)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
-/// What a task that just finished (`task`, as written) does to its workflow, in the
-/// transaction that finished it. Returns whether a task became `pending`.
-pub(super) async fn after_finish(
-    tx: &mut Transaction<'static, Sqlite>,
-    task: &TaskRecord,
-    now: i64,
-) -> Result<bool> {
-    if task.kind == TaskKind::Compensate {
-        let Some(step) = task.parent_id else {
-            return Ok(false);
+/// The statements of [`crate::flow`] on SQLite. Times are bound as milliseconds.
+impl WorkflowTx for SqliteConnection {
+    async fn insert_workflow(
+        &mut self,
+        params: &WorkflowInsertParams,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<(WorkflowId, DateTime<Utc>)> {
+        let now = match at {
+            Some(at) => at.timestamp_millis(),
+            None => sqlx::query_scalar(NOW_MS)
+                .fetch_one(&mut *self)
+                .await
+                .map_err(map_err)?,
         };
-        let Some((id, WorkflowKind::Saga, _, _)) = workflow_of(tx, step).await? else {
-            return Ok(false);
-        };
-        if task.status == TaskStatus::Succeeded {
-            let step = fetch_ref(&mut **tx, &TaskRef::Id(step))
-                .await?
-                .ok_or_else(|| crate::StorageError::NotFound(step.to_string()))?;
-            // A failed compensation retried by hand: the saga goes on compensating.
-            set_state(tx, id, "compensation_failed", "compensating", now).await?;
-            compensate_before(tx, id, &step, now).await?;
-        } else if task.status == TaskStatus::Dead {
-            set_state(tx, id, "compensating", "compensation_failed", now).await?;
-        }
-        return Ok(task.status == TaskStatus::Succeeded);
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO tenax_workflows (name, kind, policy, state, created_at, updated_at)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?4) RETURNING id",
+        )
+        .bind(&params.name)
+        .bind(params.kind.as_str())
+        .bind(params.policy.as_str())
+        .bind(now)
+        .fetch_one(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok((id, ms(now)?))
     }
-    let Some((id, kind, policy, state)) = workflow_of(tx, task.id).await? else {
-        return Ok(false);
-    };
-    let mut woke = false;
-    match task.status {
-        TaskStatus::Succeeded => {
-            woke = count_down_children(tx, task.id, now).await? > 0;
-            if kind == WorkflowKind::Saga {
-                if state == "compensating" {
-                    // The saga failed while this step ran: undo it too.
-                    compensate_step(tx, task.id, Some("the saga failed"), now).await?;
-                    woke = true;
-                } else if !has_children(tx, task.id).await? {
-                    set_state(tx, id, "running", "completed", now).await?;
-                }
-            }
-        }
-        TaskStatus::Dead | TaskStatus::Cancelled => {
-            match policy {
-                WorkflowPolicy::RunAnyway if kind == WorkflowKind::Dag => {
-                    woke = count_down_children(tx, task.id, now).await? > 0;
-                }
-                _ => cancel_dependents(tx, task, now).await?,
-            }
-            if kind == WorkflowKind::Saga {
-                set_state(tx, id, "running", "compensating", now).await?;
-                if task.status == TaskStatus::Cancelled {
-                    // No compensation of its own: go on with the step before it.
-                    compensate_before(tx, id, task, now).await?;
-                }
-                woke = true;
-            }
-        }
-        _ => {}
-    }
-    Ok(woke)
-}
 
-async fn has_children(tx: &mut Transaction<'static, Sqlite>, task: TaskId) -> Result<bool> {
-    let child: Option<i64> =
-        sqlx::query_scalar("SELECT child_id FROM tenax_task_deps WHERE parent_id = ? LIMIT 1")
-            .bind(task.0)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(map_err)?;
-    Ok(child.is_some())
+    async fn insert_workflow_tasks(
+        &mut self,
+        workflow: WorkflowId,
+        tasks: &[TaskInsertParams],
+        keys: &[&str],
+        waiting: &[usize],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<TaskInsertOutcome>> {
+        let rows = WorkflowRows {
+            id: workflow,
+            keys: keys.to_vec(),
+            waiting: waiting.iter().map(|n| *n as i64).collect(),
+        };
+        insert_many(self, tasks, Some(now), Some(&rows)).await
+    }
+
+    async fn insert_dependencies(&mut self, deps: &[(i64, i64)]) -> Result<()> {
+        for chunk in deps.chunks(DEPS_CHUNK) {
+            let mut qb =
+                QueryBuilder::<Sqlite>::new("INSERT INTO tenax_task_deps (child_id, parent_id) ");
+            qb.push_values(chunk, |mut row, (child, parent)| {
+                row.push_bind(*child).push_bind(*parent);
+            });
+            qb.build().execute(&mut *self).await.map_err(map_err)?;
+        }
+        Ok(())
+    }
+
+    async fn workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
+        let row: Option<(i64, String, String, String)> = sqlx::query_as(
+            "SELECT w.id, w.kind, w.policy, w.state FROM tenax_tasks t
+             JOIN tenax_workflows w ON w.id = t.workflow_id WHERE t.id = ?",
+        )
+        .bind(task.0)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.map(|(id, kind, policy, state)| WorkflowOf::parse(id, &kind, &policy, &state))
+            .transpose()
+    }
+
+    async fn task(&mut self, id: TaskId) -> Result<Option<TaskRecord>> {
+        fetch_ref(&mut *self, &TaskRef::Id(id)).await
+    }
+
+    async fn has_children(&mut self, task: TaskId) -> Result<bool> {
+        let child: Option<i64> =
+            sqlx::query_scalar("SELECT child_id FROM tenax_task_deps WHERE parent_id = ? LIMIT 1")
+                .bind(task.0)
+                .fetch_optional(&mut *self)
+                .await
+                .map_err(map_err)?;
+        Ok(child.is_some())
+    }
+
+    async fn previous_step(&mut self, step: TaskId) -> Result<Option<TaskId>> {
+        let previous: Option<i64> =
+            sqlx::query_scalar("SELECT parent_id FROM tenax_task_deps WHERE child_id = ?")
+                .bind(step.0)
+                .fetch_optional(&mut *self)
+                .await
+                .map_err(map_err)?;
+        Ok(previous.map(TaskId))
+    }
+
+    /// Returns how many children became `pending`.
+    async fn count_down_children(&mut self, parent: TaskId, now: DateTime<Utc>) -> Result<u64> {
+        let statuses: Vec<String> = sqlx::query_scalar(
+            "UPDATE tenax_tasks
+             SET status = CASE WHEN waiting_parents <= 1 THEN 'pending' ELSE status END,
+                 run_at = CASE WHEN waiting_parents <= 1 AND run_at < ?1 THEN ?1 ELSE run_at END,
+                 waiting_parents = waiting_parents - 1,
+                 updated_at = ?1
+             WHERE id IN (SELECT child_id FROM tenax_task_deps WHERE parent_id = ?2)
+               AND status = 'blocked'
+             RETURNING status",
+        )
+        .bind(now.timestamp_millis())
+        .bind(parent.0)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(statuses.iter().filter(|s| *s == "pending").count() as u64)
+    }
+
+    async fn cancel_dependents(
+        &mut self,
+        task: TaskId,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "WITH RECURSIVE down(id) AS (
+                 SELECT child_id FROM tenax_task_deps WHERE parent_id = ?2
+                 UNION
+                 SELECT d.child_id FROM tenax_task_deps d JOIN down ON d.parent_id = down.id)
+             UPDATE tenax_tasks
+             SET status = 'cancelled', finished_at = ?1, updated_at = ?1, last_error = ?3
+             WHERE id IN (SELECT id FROM down) AND status = 'blocked'",
+        )
+        .bind(now.timestamp_millis())
+        .bind(task.0)
+        .bind(reason)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn set_workflow_state(
+        &mut self,
+        workflow: WorkflowId,
+        from: WorkflowState,
+        to: WorkflowState,
+        finished_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE tenax_workflows SET state = ?1, updated_at = ?2, finished_at = ?3
+             WHERE id = ?4 AND state = ?5",
+        )
+        .bind(to.as_str())
+        .bind(now.timestamp_millis())
+        .bind(finished_at.map(|t| t.timestamp_millis()))
+        .bind(workflow)
+        .bind(from.as_str())
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn mark_compensation_pending(
+        &mut self,
+        step: TaskId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<TaskRecord>> {
+        let marked = sqlx::query(&format!(
+            "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?1
+             WHERE id = ?2 AND status = 'succeeded' AND compensation IS NULL
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now.timestamp_millis())
+        .bind(step.0)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        marked.as_ref().map(task_from_row).transpose()
+    }
+
+    async fn insert_compensation(
+        &mut self,
+        dead: &TaskRecord,
+        task_no: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
+                 queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
+                 updated_at)
+             VALUES (?1, 'compensate', ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10, ?11, ?9, ?9)
+             ON CONFLICT (task_no) DO NOTHING",
+        )
+        .bind(task_no)
+        .bind(dead.id.0)
+        .bind(&dead.command_type)
+        .bind(&dead.payload)
+        .bind(i64::from(dead.payload_version))
+        .bind(&dead.queue)
+        .bind(i64::from(dead.priority.get()))
+        .bind(i64::from(dead.max_attempts))
+        .bind(now.timestamp_millis())
+        .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
+        .bind(&dead.last_error)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn record_compensation(
+        &mut self,
+        task: TaskId,
+        state: CompensationState,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE tenax_tasks SET compensation = ?, updated_at = ?
+             WHERE id = ? AND compensation = 'pending'",
+        )
+        .bind(state.as_str())
+        .bind(now.timestamp_millis())
+        .bind(task.0)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(())
+    }
 }
 
 fn workflow_row(row: &sqlx::sqlite::SqliteRow) -> Result<WorkflowRow> {
@@ -343,103 +266,89 @@ fn workflow_row(row: &sqlx::sqlite::SqliteRow) -> Result<WorkflowRow> {
 
 const WORKFLOW_COLUMNS: &str = "id, name, kind, policy, state, created_at, finished_at";
 
-async fn counts(
-    conn: &mut SqliteConnection,
-    ids: &[i64],
-) -> Result<HashMap<i64, Vec<StatusCount>>> {
-    let mut out: HashMap<i64, Vec<StatusCount>> = HashMap::new();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let mut qb = QueryBuilder::<Sqlite>::new(
-        "SELECT workflow_id, status, COUNT(*) AS n, MAX(finished_at) AS last
-         FROM tenax_tasks WHERE workflow_id IN (",
-    );
-    let mut list = qb.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    qb.push(") GROUP BY workflow_id, status");
-    for row in qb.build().fetch_all(&mut *conn).await.map_err(map_err)? {
-        let status: String = row.try_get("status").map_err(map_err)?;
-        let n: i64 = row.try_get("n").map_err(map_err)?;
-        let last: Option<i64> = row.try_get("last").map_err(map_err)?;
-        out.entry(row.try_get("workflow_id").map_err(map_err)?)
-            .or_default()
-            .push((
-                status.parse()?,
-                u64::try_from(n).unwrap_or(0),
-                last.map(ms).transpose()?,
-            ));
-    }
-    Ok(out)
-}
-
-pub(super) async fn list(
-    conn: &mut SqliteConnection,
-    params: &WorkflowListParams,
-) -> Result<Vec<WorkflowRecord>> {
-    let rows = sqlx::query(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows
-         WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
-    ))
-    .bind(params.before_id)
-    .bind(i64::from(params.limit))
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let rows = rows.iter().map(workflow_row).collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let counts = counts(conn, &ids).await?;
-    rows.into_iter()
-        .map(|row| {
-            let c = counts.get(&row.id).cloned().unwrap_or_default();
-            assemble(row, &c)
-        })
-        .collect()
-}
-
-pub(super) async fn get(
-    conn: &mut SqliteConnection,
-    id: WorkflowId,
-) -> Result<Option<WorkflowDetail>> {
-    let row = sqlx::query(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows WHERE id = ?"
-    ))
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let Some(row) = row else { return Ok(None) };
-    let row = workflow_row(&row)?;
-    let tasks = sqlx::query(&format!(
-        "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
-    ))
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?
-    .iter()
-    .map(|r| {
-        Ok((
-            r.try_get::<Option<String>, _>("workflow_key")
-                .map_err(map_err)?
-                .unwrap_or_default(),
-            task_from_row(r)?,
+/// The reads of [`crate::flow`] on SQLite.
+impl WorkflowReads for SqliteConnection {
+    async fn workflow_rows(&mut self, params: &WorkflowListParams) -> Result<Vec<WorkflowRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows
+             WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
         ))
-    })
-    .collect::<Result<Vec<_>>>()?;
-    let deps: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT d.child_id, d.parent_id FROM tenax_task_deps d
-         JOIN tenax_tasks t ON t.id = d.child_id WHERE t.workflow_id = ?",
-    )
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    let counts = counts(conn, &[id]).await?;
-    let record = assemble(row, counts.get(&id).map_or(&[][..], Vec::as_slice))?;
-    Ok(Some(detail(record, tasks, &deps)))
+        .bind(params.before_id)
+        .bind(i64::from(params.limit))
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(workflow_row).collect()
+    }
+
+    async fn workflow_row(&mut self, id: WorkflowId) -> Result<Option<WorkflowRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM tenax_workflows WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.as_ref().map(workflow_row).transpose()
+    }
+
+    async fn workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
+        ))
+        .bind(id)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|r| {
+                let key: Option<String> = r.try_get("workflow_key").map_err(map_err)?;
+                Ok((key.unwrap_or_default(), task_from_row(r)?))
+            })
+            .collect()
+    }
+
+    async fn workflow_dependencies(&mut self, id: WorkflowId) -> Result<Vec<(i64, i64)>> {
+        sqlx::query_as(
+            "SELECT d.child_id, d.parent_id FROM tenax_task_deps d
+             JOIN tenax_tasks t ON t.id = d.child_id WHERE t.workflow_id = ?",
+        )
+        .bind(id)
+        .fetch_all(&mut *self)
+        .await
+        .map_err(map_err)
+    }
+
+    async fn status_counts(
+        &mut self,
+        ids: &[WorkflowId],
+    ) -> Result<Vec<(WorkflowId, StatusCount)>> {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT workflow_id, status, COUNT(*) AS n, MAX(finished_at) AS last
+             FROM tenax_tasks WHERE workflow_id IN (",
+        );
+        let mut list = qb.separated(", ");
+        for id in ids {
+            list.push_bind(*id);
+        }
+        qb.push(") GROUP BY workflow_id, status");
+        let rows = qb.build().fetch_all(&mut *self).await.map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status").map_err(map_err)?;
+                let n: i64 = row.try_get("n").map_err(map_err)?;
+                let last: Option<i64> = row.try_get("last").map_err(map_err)?;
+                Ok((
+                    row.try_get("workflow_id").map_err(map_err)?,
+                    (
+                        status.parse()?,
+                        u64::try_from(n).unwrap_or(0),
+                        last.map(ms).transpose()?,
+                    ),
+                ))
+            })
+            .collect()
+    }
 }
 
 /// The workflow of a task, if it has one.
@@ -495,5 +404,5 @@ pub async fn enqueue_workflow_in(
     tx: &mut Transaction<'_, Sqlite>,
     params: &WorkflowInsertParams,
 ) -> Result<WorkflowDetail> {
-    insert(tx, params).await
+    crate::flow::insert(&mut **tx, params).await
 }

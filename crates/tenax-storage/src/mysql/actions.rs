@@ -1,0 +1,173 @@
+//! Operator actions on one task, on MariaDB/MySQL: cancel (a waiting task at once, a
+//! running one by request), retry (a dead task, or a dead compensation), and prune. One
+//! attempt each: `retrying` runs them again after a lock conflict.
+use sqlx::{QueryBuilder, Row};
+use tenax_core::{CompensationState, TaskKind, TaskRecord, TaskStatus};
+
+use super::{
+    clock, fetch_id, fetch_ref, map_err, minus, push_list, runtime, Lock, MySqlStorage, FINISHED,
+};
+use crate::common::refusal;
+use crate::error::{Result, StorageError};
+use crate::flow;
+use crate::params::{TaskActionParams, TaskPruneParams};
+
+impl MySqlStorage {
+    pub(super) async fn cancel_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        if let Some(task) = current
+            .as_ref()
+            .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
+        {
+            if runtime::request_cancel(&mut tx, task.id, now).await? {
+                tx.commit().await.map_err(map_err)?;
+                return Ok(task.clone());
+            }
+        }
+        let Some(task) = current.clone().filter(|t| {
+            t.kind == TaskKind::Execute
+                && matches!(
+                    t.status,
+                    TaskStatus::Pending | TaskStatus::Retrying | TaskStatus::Blocked
+                )
+        }) else {
+            tx.rollback().await.map_err(map_err)?;
+            if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
+                // The compensated task would wait for it forever.
+                return Err(StorageError::InvalidState {
+                    task: params.task.to_string(),
+                    status: task.status,
+                    action: "cancel a compensation",
+                });
+            }
+            return Err(refusal(&params.task, current, "cancel it"));
+        };
+        sqlx::query(
+            "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?, updated_at = ?
+             WHERE id = ? AND status IN ('pending', 'retrying', 'blocked') AND kind = 'execute'",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(task.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let task = fetch_id(&mut tx, task.id).await?;
+        let woke = flow::after_finish(&mut *tx, &task, now.and_utc()).await?;
+        tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
+        }
+        Ok(task)
+    }
+
+    pub(super) async fn retry_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        // A dead task whose compensation still runs is not retried: undoing and redoing
+        // at the same time would race.
+        let Some(task) = current.clone().filter(|t| {
+            t.status == TaskStatus::Dead && t.compensation != Some(CompensationState::Pending)
+        }) else {
+            tx.rollback().await.map_err(map_err)?;
+            if let Some(task) = &current {
+                if task.status == TaskStatus::Dead {
+                    return Err(StorageError::InvalidState {
+                        task: params.task.to_string(),
+                        status: task.status,
+                        action: "retry it while its compensation runs",
+                    });
+                }
+            }
+            return Err(refusal(&params.task, current, "retry it"));
+        };
+        sqlx::query(
+            "UPDATE tenax_tasks
+             SET status = 'pending', attempt = 0, run_at = ?, finished_at = NULL,
+                 compensation = NULL, result = NULL, updated_at = ?
+             WHERE id = ? AND status = 'dead'
+               AND (compensation IS NULL OR compensation <> 'pending')",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(task.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
+            // The compensation runs again: its parent waits for it again, but only
+            // if the parent is still the dead task it compensates.
+            let reopened = sqlx::query(
+                "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
+                 WHERE id = ? AND status = 'dead' AND compensation = 'failed'
+                   AND lease_epoch = ?",
+            )
+            .bind(now)
+            .bind(parent.0)
+            .bind(crate::common::compensated_epoch(&task))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if reopened.rows_affected() != 1 {
+                tx.rollback().await.map_err(map_err)?;
+                return Err(crate::common::stale_compensation(&params.task));
+            }
+        }
+        let task = fetch_id(&mut tx, task.id).await?;
+        tx.commit().await.map_err(map_err)?;
+        self.wake();
+        Ok(task)
+    }
+
+    pub(super) async fn prune_once(&self, params: &TaskPruneParams) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        // SKIP LOCKED: a finished task another transaction is changing (a retry, a
+        // compensation's outcome) is left for the next prune. One branch per status,
+        // for the reason the claim has them: each walks the pruner index in order and
+        // stops after `limit` rows instead of locking every prunable row for a sort.
+        let before = minus(now, params.retention);
+        let limit = i64::from(params.limit);
+        let mut qb = QueryBuilder::new("");
+        for (n, status) in FINISHED.iter().enumerate() {
+            if n > 0 {
+                qb.push(" UNION ALL ");
+            }
+            // `status` is one of the FINISHED constants, not input.
+            qb.push(format!(
+                "(SELECT id, finished_at FROM tenax_tasks WHERE status = '{status}'
+                    AND (compensation IS NULL OR compensation <> 'pending')
+                    AND finished_at < "
+            ));
+            qb.push_bind(before);
+            qb.push(" ORDER BY finished_at LIMIT ");
+            qb.push_bind(limit);
+            qb.push(" FOR UPDATE SKIP LOCKED)");
+        }
+        qb.push(" ORDER BY finished_at LIMIT ");
+        qb.push_bind(limit);
+        let ids = qb
+            .build()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
+            .collect::<Result<Vec<_>>>()?;
+        if ids.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(0);
+        }
+        let mut qb = QueryBuilder::new("DELETE FROM tenax_tasks WHERE id IN ");
+        push_list(&mut qb, ids.iter().copied());
+        let deleted = qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        let mut qb = QueryBuilder::new("DELETE FROM tenax_attempts WHERE task_id IN ");
+        push_list(&mut qb, ids.iter().copied());
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(deleted.rows_affected())
+    }
+}
