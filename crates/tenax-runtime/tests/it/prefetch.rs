@@ -29,6 +29,31 @@ async fn count(env: &Env, status: TaskStatus) -> usize {
         .count()
 }
 
+/// Four workers (four connection pools, as four nodes), each with four slots and a
+/// buffer of four, run until every task of `tasks` succeeded.
+async fn drain_on_four_buffering_workers(env: &Env, tasks: &[TaskRecord]) {
+    let config = WorkerConfig {
+        concurrency: 4,
+        prefetch: Some(4),
+        poll_interval: Duration::from_millis(20),
+        ..fast()
+    };
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let storage = tenax_storage::connect(&env.url).await.unwrap();
+        workers.push(env.start(storage, env.registry(), config.clone()));
+    }
+    for task in tasks {
+        env.wait_task(task, "every task succeeds", |t| {
+            t.status == TaskStatus::Succeeded
+        })
+        .await;
+    }
+    for worker in workers {
+        worker.shutdown().await;
+    }
+}
+
 /// One slot, a buffer of four, and handlers that wait to be cancelled: the worker holds
 /// five tasks (one running, four buffered). A graceful stop hands every one of them
 /// back at once, each with the attempt it was claimed under refunded, so any worker
@@ -138,26 +163,7 @@ async fn a_queue_limit_holds_across_four_workers_with_buffers() {
     for _ in 0..24 {
         tasks.push(env.enqueue(vec![Step::SleepMs(40)], 5).await);
     }
-    let config = WorkerConfig {
-        concurrency: 4,
-        prefetch: Some(4),
-        poll_interval: Duration::from_millis(20),
-        ..fast()
-    };
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        let storage = tenax_storage::connect(&env.url).await.unwrap();
-        workers.push(env.start(storage, env.registry(), config.clone()));
-    }
-    for task in &tasks {
-        env.wait_task(task, "every task succeeds", |t| {
-            t.status == TaskStatus::Succeeded
-        })
-        .await;
-    }
-    for worker in workers {
-        worker.shutdown().await;
-    }
+    drain_on_four_buffering_workers(&env, &tasks).await;
     assert_eq!(env.seen.max_running.load(Ordering::SeqCst), 2);
     env.assert_no_overlap().await;
 }
@@ -182,26 +188,7 @@ async fn a_concurrency_key_holds_across_four_workers_with_buffers() {
             .task;
         tasks.push(task);
     }
-    let config = WorkerConfig {
-        concurrency: 4,
-        prefetch: Some(4),
-        poll_interval: Duration::from_millis(20),
-        ..fast()
-    };
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        let storage = tenax_storage::connect(&env.url).await.unwrap();
-        workers.push(env.start(storage, env.registry(), config.clone()));
-    }
-    for task in &tasks {
-        env.wait_task(task, "every task succeeds", |t| {
-            t.status == TaskStatus::Succeeded
-        })
-        .await;
-    }
-    for worker in workers {
-        worker.shutdown().await;
-    }
+    drain_on_four_buffering_workers(&env, &tasks).await;
     assert_eq!(env.seen.max_running.load(Ordering::SeqCst), 1);
     env.assert_no_overlap().await;
 }
