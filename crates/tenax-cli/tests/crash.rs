@@ -291,7 +291,9 @@ async fn a_kill_with_a_buffer_and_uncommitted_outcomes_loses_nothing_and_repeats
     }
     let mut with_config = tenax();
     with_config.arg("--config").arg(&config);
-    let mut first = spawn_worker_in(with_config, &s.db, &s.ledger_path, "300ms", "4s");
+    // Bank calls of 0.5 to 1.5 s leave the lock below time to be taken before any
+    // handler returns; an 8 s lease keeps every handler short of its fence meanwhile.
+    let mut first = spawn_worker_in(with_config, &s.db, &s.ledger_path, "1s", "8s");
     let running = || async {
         s.client
             .list(&tenax::storage::TaskListParams {
