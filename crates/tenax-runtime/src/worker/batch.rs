@@ -41,7 +41,7 @@ use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use super::completer::{report_write, write_batch, write_outcome};
 use super::executor::{
-    execute, fence_deadline, idempotency_key, older_attempts_done, Entry, HeldGuard,
+    execute, fence_deadline, idempotency_key, older_attempts_done, unprovable, Entry, HeldGuard,
 };
 use super::outcome::{decide, panic_message, Decision, Ended, Ending};
 use super::Shared;
@@ -251,13 +251,7 @@ struct Member {
 impl Member {
     /// Whether this task's lease is lost or can no longer be proven.
     fn fenced(&self) -> Option<&'static str> {
-        if self.lost.is_cancelled() {
-            Some("lease lost")
-        } else if *self.deadline.borrow() <= Instant::now() {
-            Some("lease could not be renewed in time (self-fenced)")
-        } else {
-            None
-        }
+        unprovable(&self.lost, &self.deadline)
     }
 }
 

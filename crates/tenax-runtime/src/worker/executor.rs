@@ -77,6 +77,21 @@ impl Entry {
     }
 }
 
+/// Why an attempt may no longer start or write: its lease was lost, or its deadline
+/// passed without a renewal.
+pub(super) fn unprovable(
+    lost: &CancellationToken,
+    deadline: &watch::Receiver<Instant>,
+) -> Option<&'static str> {
+    if lost.is_cancelled() {
+        Some("lease lost")
+    } else if *deadline.borrow() <= Instant::now() {
+        Some("lease could not be renewed in time (self-fenced)")
+    } else {
+        None
+    }
+}
+
 /// One of the worker's `concurrency` slots, taken by a running handler. Dropping it
 /// frees the slot and wakes the claim loop.
 pub(super) struct Slot {
@@ -177,14 +192,10 @@ async fn run_attempt(shared: &Arc<Shared>, entry: Entry, slot: Option<Slot>) {
         .await;
         return;
     };
+    // A buffered task whose lease went unrenewed, or was lost, never starts.
     let not_started = match older_attempts_done(shared, lease, &lost, &deadline_rx).await {
         Some(why) => Some(why),
-        // A buffered task whose lease went unrenewed, or was lost, never starts.
-        None if lost.is_cancelled() => Some("lease lost"),
-        None if *deadline_rx.borrow() <= Instant::now() => {
-            Some("lease could not be renewed in time (self-fenced)")
-        }
-        None => None,
+        None => unprovable(&lost, &deadline_rx),
     };
     if let Some(why) = not_started {
         let how = Ending {
@@ -295,11 +306,8 @@ pub(super) async fn older_attempts_done(
             told = true;
             info!("an older attempt of this task is still stopping here; waiting for it");
         }
-        if lost.is_cancelled() {
-            return Some("lease lost");
-        }
-        if *deadline.borrow() <= Instant::now() {
-            return Some("lease could not be renewed in time (self-fenced)");
+        if let Some(why) = unprovable(lost, deadline) {
+            return Some(why);
         }
         sleep(Duration::from_millis(5)).await;
     }
