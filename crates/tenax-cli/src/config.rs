@@ -52,6 +52,19 @@ pub(crate) struct FileConfig {
     pub(crate) alerts: Option<tenax_kinds::AlertsConfig>,
     /// `[events]`: the task-event sequencer and retention.
     pub(crate) events: Option<tenax_kinds::events::EventsConfig>,
+    /// `[secrets]`: secret payload fields per command type.
+    #[serde(default)]
+    pub(crate) secrets: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl FileConfig {
+    /// The secret payload fields: `[secrets]`, and `[server.secrets]` (their earlier
+    /// place, still read) merged into it.
+    pub(crate) fn secrets(&self) -> anyhow::Result<tenax::Secrets> {
+        let all = self.secrets.iter().chain(&self.server.secrets);
+        tenax::Secrets::new(all.map(|(t, fields)| (t.clone(), fields.clone())))
+            .map_err(|e| anyhow::anyhow!("secrets.{}", e.reason))
+    }
 }
 
 /// The `[server]` table (`tenax serve`).
@@ -367,6 +380,8 @@ pub(crate) fn worker_config(
         background: d.background,
         scheduler: file.scheduler.unwrap_or(d.scheduler),
         scheduler_interval: file.scheduler_interval.unwrap_or(d.scheduler_interval),
+        // Read from the top-level `[secrets]` (`FileConfig::secrets`).
+        secrets: d.secrets,
     };
     config.validate()?;
     Ok(config)
@@ -396,6 +411,30 @@ mod tests {
         );
         assert_eq!(config.heartbeat_interval, Duration::from_secs(4));
         assert_eq!(config.queues, vec!["a".to_owned(), "b".to_owned()]);
+    }
+
+    #[test]
+    fn secrets_are_read_from_their_table_and_their_earlier_place_under_server() {
+        let file = parse(
+            "[secrets]\nBILLING = [\"card.number\", \"cards[].number\"]\n\
+             [server.secrets]\nBILLING = [\"cvc\"]\nPAYOUT = [\"iban\"]\n",
+        )
+        .unwrap();
+        let secrets = file.secrets().unwrap();
+        let fields: Vec<(&str, Vec<&str>)> = secrets.fields().collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("BILLING", vec!["card.number", "cards[].number", "cvc"]),
+                ("PAYOUT", vec!["iban"]),
+            ]
+        );
+        let bad = parse("[secrets]\nBILLING = [\"card..number\"]\n").unwrap();
+        let err = bad.secrets().unwrap_err().to_string();
+        assert!(
+            err.starts_with("secrets.BILLING") && err.contains("card..number"),
+            "{err}"
+        );
     }
 
     #[test]

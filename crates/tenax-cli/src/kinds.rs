@@ -27,6 +27,9 @@ pub(crate) struct Kinds {
     pub(crate) callbacks: CallbacksConfig,
     pub(crate) alerts: AlertsConfig,
     pub(crate) events: EventsConfig,
+    /// Secret payload fields (`[secrets]`), masked by the worker, the server and the
+    /// relays.
+    pub(crate) secrets: tenax::Secrets,
 }
 
 impl Kinds {
@@ -38,12 +41,16 @@ impl Kinds {
                 callbacks.secret = Some(secret);
             }
         }
+        let secrets = file.secrets()?;
+        let mut events = file.events.clone().unwrap_or_default();
+        events.secrets = secrets.clone();
         let kinds = Self {
             http: file.http.clone().unwrap_or_default(),
             exec: file.exec.clone().unwrap_or_default(),
             callbacks,
             alerts: file.alerts.clone().unwrap_or_default(),
-            events: file.events.clone().unwrap_or_default(),
+            events,
+            secrets,
         };
         kinds.http.validate()?;
         kinds.exec.validate()?;
@@ -202,6 +209,8 @@ pub(crate) fn reference() -> Vec<crate::config::Key> {
         doc,
     };
     vec![
+        key("secrets.<type>", "", "none".into(),
+            "Secret payload fields of a command type: `card.number`, `cards[].number` (each element), or a key holding dots. Masked as `\"***\"` in every answer, the dashboard and `tenax tasks`; the worker masks them, and every literal copy of their values, in results and errors before storing them, so events, relays, callbacks and alerts never carry them."),
         key("http.targets.<name>.base_url", "", "none".into(),
             "Scheme, host, port and path prefix of a target of the `http` kind; a task names the target and may only append a `path` (no `..`, `//`, `@`, scheme). With targets, `http` is registered and accepted by the API, which refuses unknown targets (422)."),
         key("http.targets.<name>.method", "", "POST".into(), "GET, POST, PUT, PATCH or DELETE."),

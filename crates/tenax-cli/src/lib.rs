@@ -221,8 +221,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     limit.max_pending
                 );
             }
-            for (command_type, fields) in &server.secrets {
-                println!("server.secrets.{command_type} = {fields:?}");
+            for (command_type, fields) in kinds.secrets.fields() {
+                println!("secrets.{command_type} = {fields:?}");
             }
             println!("server.wait_max = {:?}", server.wait_max);
             println!("server.db_timeout = {:?}", server.db_timeout);
@@ -264,7 +264,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let client = tenax::Client::connect(&database_url).await?;
             match other {
                 Commands::Enqueue(args) => tasks::enqueue(&client, args).await,
-                Commands::Tasks(command) => tasks::run(&client, command).await,
+                Commands::Tasks(command) => tasks::run(&client, command, &file.secrets()?).await,
                 Commands::Schedules(command) => schedules::run(&client, command).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::RateLimits(command) => rates::run(&client, command).await,
@@ -305,7 +305,10 @@ struct Resolved {
 fn resolve(file: &config::FileConfig, serve_args: &serve::ServeArgs) -> anyhow::Result<Resolved> {
     let kinds = kinds::Kinds::from_file(file)?;
     let (server, warnings) = serve_args.server_config(&file.server, &kinds)?;
-    let worker = serve_args.worker.config(&file.worker)?;
+    let worker = tenax::WorkerConfig {
+        secrets: kinds.secrets.clone(),
+        ..serve_args.worker.config(&file.worker)?
+    };
     Ok(Resolved {
         kinds,
         server,

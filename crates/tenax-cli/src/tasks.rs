@@ -121,10 +121,16 @@ pub(crate) async fn enqueue(client: &Client, args: EnqueueArgs) -> anyhow::Resul
     Ok(())
 }
 
-pub(crate) async fn run(client: &Client, command: TasksCommand) -> anyhow::Result<()> {
+/// Run a `tenax tasks` command. Secret payload fields (`secrets`) are masked in
+/// everything shown, as in the API's answers.
+pub(crate) async fn run(
+    client: &Client,
+    command: TasksCommand,
+    secrets: &tenax::Secrets,
+) -> anyhow::Result<()> {
     match command {
-        TasksCommand::List(args) => list(client, args).await,
-        TasksCommand::Show(selector) => show(client, &selector).await,
+        TasksCommand::List(args) => list(client, args, secrets).await,
+        TasksCommand::Show(selector) => show(client, &selector, secrets).await,
         TasksCommand::Retry(selector) => {
             let task = client.retry(selector.to_ref()?).await?;
             println!(
@@ -172,7 +178,7 @@ fn short(text: Option<&str>, max: usize) -> String {
     }
 }
 
-async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
+async fn list(client: &Client, args: ListArgs, secrets: &tenax::Secrets) -> anyhow::Result<()> {
     let mut status = args.status;
     let mut started_before = None;
     if let Some(longer_than) = args.running_longer_than {
@@ -215,6 +221,8 @@ async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
         "last error",
     ]);
     for t in &tasks {
+        let masker = secrets.masker(&t.command_type, &t.payload);
+        let error = t.last_error.as_deref().map(|e| masker.text(e));
         table.add_row([
             t.id.to_string(),
             t.task_no.to_string(),
@@ -225,7 +233,7 @@ async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
             t.queue.clone(),
             t.priority.get().to_string(),
             t.run_at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
-            short(t.last_error.as_deref(), 40),
+            short(error.as_deref(), 40),
         ]);
     }
     println!("{table}");
@@ -233,8 +241,18 @@ async fn list(client: &Client, args: ListArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn describe(task: &TaskRecord) -> Table {
+fn describe(task: &TaskRecord, secrets: &tenax::Secrets) -> Table {
     let mut table = Table::new();
+    let mut payload = serde_json::from_str(&task.payload)
+        .unwrap_or_else(|_| serde_json::Value::String(task.payload.clone()));
+    let masker = secrets.mask_payload(&task.command_type, &mut payload);
+    let payload = if masker.is_none() {
+        task.payload.clone()
+    } else {
+        payload.to_string()
+    };
+    let result = task.result.as_deref().map(|r| masker.json_text(r));
+    let error = task.last_error.as_deref().map(|e| masker.text(e));
     let time =
         |t: Option<chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_default();
     let rows: Vec<(&str, String)> = vec![
@@ -263,7 +281,7 @@ fn describe(task: &TaskRecord) -> Table {
             "timeout",
             format!("{:?}", Duration::from_millis(task.timeout_ms)),
         ),
-        ("payload", task.payload.clone()),
+        ("payload", payload),
         ("payload version", task.payload_version.to_string()),
         (
             "concurrency key",
@@ -272,8 +290,8 @@ fn describe(task: &TaskRecord) -> Table {
                 .map(|k| format!("{k} (at most {} at once)", task.concurrency_limit))
                 .unwrap_or_default(),
         ),
-        ("result", task.result.clone().unwrap_or_default()),
-        ("last error", task.last_error.clone().unwrap_or_default()),
+        ("result", result.unwrap_or_default().into_owned()),
+        ("last error", error.unwrap_or_default().into_owned()),
         (
             "compensation",
             task.compensation
@@ -290,13 +308,18 @@ fn describe(task: &TaskRecord) -> Table {
     table
 }
 
-async fn show(client: &Client, selector: &TaskSelector) -> anyhow::Result<()> {
+async fn show(
+    client: &Client,
+    selector: &TaskSelector,
+    secrets: &tenax::Secrets,
+) -> anyhow::Result<()> {
     let task_ref = selector.to_ref()?;
     let task = client
         .get(&task_ref)
         .await?
         .with_context(|| format!("task {task_ref} not found"))?;
-    println!("{}", describe(&task));
+    println!("{}", describe(&task, secrets));
+    let masker = secrets.masker(&task.command_type, &task.payload);
     let attempts = client.attempts(task.id).await?;
     let mut table = Table::new();
     table.set_header([
@@ -314,7 +337,7 @@ async fn show(client: &Client, selector: &TaskSelector) -> anyhow::Result<()> {
             a.started_at.format("%H:%M:%S%.3f").to_string(),
             duration,
             a.outcome.as_str().to_owned(),
-            short(a.error.as_deref(), 60),
+            short(a.error.as_deref().map(|e| masker.text(e)).as_deref(), 60),
         ]);
     }
     println!(

@@ -206,7 +206,10 @@ pub(crate) async fn run_on(
     args: WorkerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let config = args.config(file)?;
+    let config = WorkerConfig {
+        secrets: kinds.secrets.clone(),
+        ..args.config(file)?
+    };
     let metrics_addr = args.metrics_addr(file)?;
     let sample_interval = args.metrics_sample_interval(file)?;
     let sampler = CancellationToken::new();

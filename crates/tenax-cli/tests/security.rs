@@ -1410,6 +1410,12 @@ async fn battery_path_traversal_reaches_no_file() {
 
 /// A receiver for alerts and callbacks that keeps every body it gets.
 fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
+    listener(None)
+}
+
+/// An HTTP server that keeps every request it gets; with `echo`, it answers that status
+/// with the request's body (a target quoting what it refuses), else 200 and no body.
+fn listener(echo: Option<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -1438,8 +1444,15 @@ fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
                             })
                             .unwrap_or(0);
                         if body.len() >= length {
-                            keep.lock().unwrap().push(text);
-                            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                            let answer = match echo {
+                                Some(code) => format!(
+                                    "HTTP/1.1 {code} Refused\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                    body.len()
+                                ),
+                                None => "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),
+                            };
+                            keep.lock().unwrap().push(text.clone());
+                            let _ = stream.write_all(answer.as_bytes());
                             break;
                         }
                     }
@@ -1563,6 +1576,197 @@ async fn battery_secret_fields_never_leave_the_database() {
     report(&format!(
         "secrets: {requests} requests; answers, {} alert(s), metrics and the debug log checked; leaks 0",
         seen.lock().unwrap().len()
+    ));
+}
+
+/// Each way out of a real `tenax serve` (with its worker, callbacks, alerts and event
+/// stream), for tasks whose secret fields come in every shape (nested, in an array, a
+/// key holding dots, a parent given as a string, a value that is an object) and whose
+/// handlers leak them: `echo` returns its payload, an `http` target refuses the body
+/// quoting it back (422), an `exec` program prints its secret argument and fails, the
+/// bank refuses an id card quoting it. No secret value may leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn battery_secret_values_in_every_shape_leave_by_no_way_out() {
+    use tenax::storage::EventRuleParams;
+    use tenax_storage::testing::secrets::{leaked, shapes, CARD};
+    let h = tenax_storage::testing::sqlite_file().await.unwrap();
+    h.storage
+        .event_rule_set(&EventRuleParams {
+            queue: None,
+            command_type: None,
+            enabled: true,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (hook, seen) = receiver();
+    let (shop, _) = listener(Some(422));
+    let text = format!(
+        "[server]\ncommand_types = [\"echo\", \"http\", \"exec\", \"BANK_OPEN_ACCOUNT\"]\nwait_max = \"1s\"\n\
+         [[server.tokens]]\nname = \"ops\"\nrole = \"admin\"\nsha256 = \"{}\"\n\
+         [secrets]\necho = [\"card.number\", \"cards[].number\"]\n\
+         http = [\"body.card.number\", \"body.cards[].number\"]\n\
+         exec = [\"args[]\"]\nBANK_OPEN_ACCOUNT = [\"id_card\"]\n\
+         [http.targets.shop]\nbase_url = \"http://{shop}/api\"\n\
+         [exec]\n[exec.allow]\nsh = \"/bin/sh\"\n\
+         [callbacks]\nallow_hosts = [\"{hook}\"]\nsecret = \"a-test-secret-of-32-bytes-length\"\n\
+         [alerts]\nwebhook_url = \"http://{hook}/alerts\"\ndeath_window = \"100ms\"\npoll_interval = \"100ms\"\n\
+         [events]\npoll_interval = \"50ms\"\n",
+        tenax_server::hash_token(ADMIN),
+    );
+    let path = dir.path().join("tenax.toml");
+    std::fs::write(&path, &text).unwrap();
+    let server = start(dir.path(), &h.url, &text, &["--poll-interval", "50ms"], &[]);
+    let addr = server.addr.clone();
+    let callback = format!("http://{hook}/callbacks");
+    let mut ids = Vec::new();
+    let mut enqueue = |body: Value| {
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/tasks",
+            Some(ADMIN),
+            Some(&body.to_string()),
+        );
+        assert_eq!(answer.status, 201, "{}", answer.body);
+        assert_eq!(
+            leaked(&answer.body),
+            None,
+            "the enqueue answer: {}",
+            answer.body
+        );
+        ids.push(answer.json()["id"].as_i64().unwrap());
+    };
+    for shape in shapes() {
+        enqueue(json!({"command_type": "echo", "payload": shape, "callback_url": callback}));
+        enqueue(
+            json!({"command_type": "http", "max_attempts": 1, "callback_url": callback,
+                       "payload": {"target": "shop", "path": "/charge", "body": shape}}),
+        );
+    }
+    enqueue(
+        json!({"command_type": "exec", "max_attempts": 1, "callback_url": callback,
+                   "payload": {"program": "sh", "args": ["-c", "echo \"charging $1\"; echo \"card $1 refused\" >&2; exit 3", "sh", CARD]}}),
+    );
+    enqueue(
+        json!({"command_type": "BANK_OPEN_ACCOUNT", "max_attempts": 10, "callback_url": callback,
+                   "payload": {"customer": "Ada", "id_card": format!("{CARD}X")}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ended = ids.iter().all(|id| {
+            let status = call(&addr, "GET", &format!("/v1/tasks/{id}"), Some(ADMIN), None).json()
+                ["status"]
+                .clone();
+            status == "succeeded" || status == "dead"
+        });
+        let deliveries = seen.lock().unwrap().len();
+        // One callback per task, and at least one death alert.
+        if ended && deliveries > ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tasks or deliveries missing: {deliveries}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The database does hold the secrets: each way out must have masked them.
+    let stored = h
+        .storage
+        .task_list(&TaskListParams {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(stored.iter().all(|t| leaked(&t.payload).is_some()));
+
+    let mut ways: Vec<(&str, String)> = Vec::new();
+    let get = |target: &str| {
+        let answer = call(&addr, "GET", target, Some(ADMIN), None);
+        assert_eq!(answer.status, 200, "{target}: {}", answer.body);
+        answer.body
+    };
+    let mut api = String::new();
+    for id in &ids {
+        for target in [
+            format!("/v1/tasks/{id}"),
+            format!("/v1/tasks/{id}/attempts"),
+            format!("/v1/tasks/{id}/wait?timeout_ms=1"),
+        ] {
+            api.push_str(&get(&target));
+        }
+    }
+    api.push_str(&get("/v1/tasks?limit=100"));
+    api.push_str(&get("/v1/tasks?status=dead"));
+    ways.push(("the JSON API", api));
+    ways.push(("the event stream", get("/v1/events?after=0&follow=false")));
+    let mut dashboard = get("/ui/tasks");
+    dashboard.push_str(&get("/ui/dead"));
+    for id in &ids {
+        dashboard.push_str(&get(&format!("/ui/tasks/{id}")));
+    }
+    ways.push(("the dashboard", dashboard));
+    let mut cli = String::new();
+    let mut tenax = |args: &[String]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+            .arg("--config")
+            .arg(&path)
+            .args(["--database-url", &h.url])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cli.push_str(&String::from_utf8_lossy(&out.stdout));
+        cli.push_str(&String::from_utf8_lossy(&out.stderr));
+    };
+    tenax(&[
+        "tasks".into(),
+        "list".into(),
+        "--limit".into(),
+        "100".into(),
+    ]);
+    for id in &ids {
+        tenax(&["tasks".into(), "show".into(), id.to_string()]);
+    }
+    ways.push(("the CLI", cli));
+    let deliveries = seen.lock().unwrap().clone();
+    let (alerts, callbacks): (Vec<String>, Vec<String>) = deliveries
+        .into_iter()
+        .partition(|d| d.starts_with("POST /alerts"));
+    ways.push(("callbacks", callbacks.join("\n")));
+    ways.push(("alerts", alerts.join("\n")));
+    ways.push(("the log", server.log()));
+
+    let mut leaks = Vec::new();
+    for (way, text) in &ways {
+        assert!(!text.is_empty(), "nothing came out of {way}");
+        if let Some(secret) = leaked(text) {
+            let line = text
+                .lines()
+                .find(|l| l.contains(secret))
+                .unwrap_or_default();
+            leaks.push(format!("{way}: {line}"));
+        }
+    }
+    for (way, text) in &ways[..6] {
+        assert!(text.contains("***"), "{way} shows nothing masked: {text}");
+    }
+    assert!(
+        leaks.is_empty(),
+        "secret values left:\n{}",
+        leaks.join("\n")
+    );
+    report(&format!(
+        "secret shapes: {} tasks, {} ways out checked (API, events, dashboard, CLI, callbacks, alerts, log); leaks 0",
+        ids.len(),
+        ways.len()
     ));
 }
 

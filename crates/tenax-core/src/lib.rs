@@ -24,6 +24,7 @@ mod parents;
 mod registry;
 pub mod retry;
 pub mod schedule;
+pub mod secrets;
 pub mod state;
 mod task;
 
@@ -35,6 +36,7 @@ pub use parents::{ParentResult, ParentSource, Parents, ParentsFuture};
 pub use registry::{defaults_of, CommandDefaults, DynHandler, Registry, RegistryError};
 pub use retry::{Backoff, BackoffFn, Jitter, LoadAware, RetryPolicy};
 pub use schedule::{Cadence, MissedTicks, Schedule, ScheduleDef};
+pub use secrets::{Masker, Secrets};
 pub use state::{TaskStatus, Transition};
 pub use task::{
     validate_command_type, AttemptOutcome, AttemptRecord, CompensationState, InvalidInput,

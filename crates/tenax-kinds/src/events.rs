@@ -38,6 +38,10 @@ pub struct EventsConfig {
     pub nats: Option<crate::events_nats::NatsConfig>,
     /// The RabbitMQ relay (`[events.rabbitmq]`), off when absent.
     pub rabbitmq: Option<crate::events_rabbitmq::RabbitMqConfig>,
+    /// Secret payload fields, masked in the results the relays publish (set from the
+    /// top-level `[secrets]`, not under `[events]`).
+    #[serde(skip)]
+    pub secrets: tenax_core::Secrets,
 }
 
 impl EventsConfig {
@@ -103,6 +107,7 @@ impl Default for EventsConfig {
             prune_interval: Self::PRUNE_INTERVAL_DEFAULT,
             nats: None,
             rabbitmq: None,
+            secrets: tenax_core::Secrets::default(),
         }
     }
 }

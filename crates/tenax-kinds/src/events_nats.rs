@@ -289,7 +289,7 @@ mod relay {
                 let Some(seq) = event.seq else { break };
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert(async_nats::header::NATS_MESSAGE_ID, event.event_id.as_str());
-                let body = match serde_json::to_vec(&event.envelope()) {
+                let body = match serde_json::to_vec(&event.envelope(&self.events.secrets)) {
                     Ok(body) => body,
                     Err(e) => {
                         failure = Some(format!("encoding event {}: {e}", event.event_id));

@@ -494,7 +494,7 @@ mod relay {
                     break;
                 }
                 let Some(seq) = event.seq else { break };
-                let body = serde_json::to_vec(&event.envelope())
+                let body = serde_json::to_vec(&event.envelope(&self.events.secrets))
                     .map_err(|e| format!("encoding event {}: {e}", event.event_id))?;
                 let mut properties = BasicProperties::default()
                     .with_delivery_mode(2)

@@ -18,6 +18,9 @@ use tenax_storage::{EventListParams, EventRuleParams, Lease, Storage, TaskComple
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/leaky.rs"]
+mod leaky;
+
 const TASKS: usize = 3_334;
 const NATS_SERVER: &str = "/usr/sbin/nats-server";
 
@@ -299,4 +302,92 @@ async fn every_event_reaches_jetstream_across_a_broker_crash() {
         let previous = last.insert(task_of[id], seq).unwrap_or(0);
         assert!(previous < seq, "task {:?} out of order", task_of[id]);
     }
+}
+
+/// Tasks whose handlers put their secret payload fields, in every shape, into their
+/// results and errors, run by a worker configured with those fields: every event the
+/// relay publishes carries the masked texts, and no secret value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relayed_events_carry_no_secret_value_in_any_shape() {
+    if !std::path::Path::new(NATS_SERVER).exists() {
+        assert!(
+            std::env::var_os("TENAX_REQUIRE_ALL_BACKENDS").is_none(),
+            "{NATS_SERVER} is missing"
+        );
+        eprintln!("skipped: {NATS_SERVER} is missing");
+        return;
+    }
+    let broker = Broker::start();
+    let h = sqlite_file().await.expect("sqlite");
+    let storage: Arc<dyn Storage> = h.storage.clone();
+    storage
+        .event_rule_set(&EventRuleParams {
+            queue: None,
+            command_type: None,
+            enabled: true,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let events = EventsConfig {
+        poll_interval: Duration::from_millis(20),
+        nats: Some(NatsConfig {
+            url: broker.url(),
+            stream: "TENAX_EVENTS".into(),
+            subject_prefix: "tenax.events".into(),
+            ack_timeout: Duration::from_secs(2),
+        }),
+        secrets: tenax_storage::testing::secrets::secrets(),
+        ..EventsConfig::default()
+    };
+    let stop = CancellationToken::new();
+    let sequencer = tokio::spawn(
+        Sequencer::new(storage.clone(), "node-a", events.clone(), events.relays())
+            .run(stop.clone()),
+    );
+    let relay = tokio::spawn(
+        NatsRelay::new(
+            storage.clone(),
+            "node-a",
+            events.clone(),
+            events.nats.clone().unwrap(),
+        )
+        .run(stop.clone()),
+    );
+    let tasks = leaky::run_leaky_tasks(storage.clone()).await;
+
+    let js = async_nats::jetstream::new(async_nats::connect(broker.url()).await.unwrap());
+    let mut bodies = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leaky::ends(&bodies) < tasks {
+        assert!(
+            Instant::now() < deadline,
+            "{} ends of {tasks} tasks were published",
+            leaky::ends(&bodies)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if stream_len(&js).await == 0 {
+            continue;
+        }
+        let stream = js.get_stream("TENAX_EVENTS").await.unwrap();
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+            .await
+            .unwrap();
+        let in_stream = stream_len(&js).await;
+        let mut messages = consumer.messages().await.unwrap();
+        bodies.clear();
+        while (bodies.len() as u64) < in_stream {
+            let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .expect("the consumer stalled")
+                .unwrap()
+                .unwrap();
+            bodies.push(String::from_utf8_lossy(&message.payload).into_owned());
+        }
+    }
+    stop.cancel();
+    sequencer.await.unwrap();
+    relay.await.unwrap();
+    leaky::assert_masked(&bodies, tasks);
 }

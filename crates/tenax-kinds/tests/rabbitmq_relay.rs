@@ -24,6 +24,9 @@ use tenax_storage::{EventListParams, EventRuleParams, Lease, Storage, TaskComple
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/leaky.rs"]
+mod leaky;
+
 const TASKS: usize = 3_334;
 /// The Debian package's server script (the one in /usr/sbin switches to the
 /// `rabbitmq` user and drops the environment that makes the node private).
@@ -358,6 +361,8 @@ impl Drop for Node {
 struct Received {
     ids: Vec<String>,
     bad: Vec<String>,
+    /// Every body, as received.
+    bodies: Vec<String>,
 }
 
 /// Consume the quorum queue until `stop`, acknowledging each message after it is
@@ -424,6 +429,8 @@ async fn consume(url: String, received: Arc<Mutex<Received>>, stop: Cancellation
             let id = body["id"].as_str().unwrap_or_default().to_owned();
             {
                 let mut r = received.lock().unwrap();
+                r.bodies
+                    .push(String::from_utf8_lossy(&delivery.data).into_owned());
                 let props = &delivery.properties;
                 let message_id = props.message_id().as_ref().map(|m| m.as_str().to_owned());
                 if message_id.as_deref() != Some(id.as_str())
@@ -723,4 +730,78 @@ async fn every_event_reaches_rabbitmq_across_a_broker_crash() {
     }
     drop(r);
     node.kill();
+}
+
+/// Tasks whose handlers put their secret payload fields, in every shape, into their
+/// results and errors, run by a worker configured with those fields: every message the
+/// relay publishes carries the masked texts, and no secret value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relayed_events_carry_no_secret_value_in_any_shape() {
+    if !Path::new(RABBITMQ_SERVER).exists() {
+        assert!(
+            std::env::var_os("TENAX_REQUIRE_ALL_BACKENDS").is_none(),
+            "{RABBITMQ_SERVER} is missing"
+        );
+        eprintln!("skipped: {RABBITMQ_SERVER} is missing");
+        return;
+    }
+    let mut node = Node::start();
+    node.wait_ready().await;
+    let h = sqlite_file().await.expect("sqlite");
+    let storage: Arc<dyn Storage> = h.storage.clone();
+    storage
+        .event_rule_set(&EventRuleParams {
+            queue: None,
+            command_type: None,
+            enabled: true,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let events = EventsConfig {
+        poll_interval: Duration::from_millis(20),
+        rabbitmq: Some(RabbitMqConfig {
+            queue: Some(QUEUE.to_owned()),
+            ..RabbitMqConfig::new(node.url())
+        }),
+        secrets: tenax_storage::testing::secrets::secrets(),
+        ..EventsConfig::default()
+    };
+    let stop = CancellationToken::new();
+    let sequencer = tokio::spawn(
+        Sequencer::new(storage.clone(), "node-a", events.clone(), events.relays())
+            .run(stop.clone()),
+    );
+    let relay = tokio::spawn(
+        RabbitMqRelay::new(
+            storage.clone(),
+            "node-a",
+            events.clone(),
+            events.rabbitmq.clone().unwrap(),
+        )
+        .run(stop.clone()),
+    );
+    let received = Arc::new(Mutex::new(Received::default()));
+    let stop_consumer = CancellationToken::new();
+    let consumer = tokio::spawn(consume(node.url(), received.clone(), stop_consumer.clone()));
+    let tasks = leaky::run_leaky_tasks(storage.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ends = leaky::ends(&received.lock().unwrap().bodies);
+        if ends >= tasks {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ends} ends of {tasks} tasks were received"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_consumer.cancel();
+    consumer.await.unwrap();
+    stop.cancel();
+    sequencer.await.unwrap();
+    relay.await.unwrap();
+    let bodies = received.lock().unwrap().bodies.clone();
+    leaky::assert_masked(&bodies, tasks);
 }

@@ -86,6 +86,11 @@ pub struct WorkerConfig {
     /// Queues of [`WorkerConfig::queues`] claimed only in quiet periods. Defaults to
     /// none.
     pub background: Vec<BackgroundQueue>,
+    /// Secret payload fields per command type. Before an outcome is written, the
+    /// result's secret fields and every literal copy of a secret value in the result or
+    /// the error are replaced by `"***"`, so that no event, callback, alert or answer
+    /// carries them (see [`tenax_core::secrets`]). Defaults to none.
+    pub secrets: tenax_core::Secrets,
 }
 
 /// A queue claimed only while the worker's other queues are quiet, or within off-peak
@@ -283,6 +288,7 @@ impl Default for WorkerConfig {
             background: Vec::new(),
             scheduler: true,
             scheduler_interval: Self::SCHEDULER_INTERVAL_DEFAULT,
+            secrets: tenax_core::Secrets::default(),
         }
     }
 }

@@ -46,9 +46,9 @@ pub struct ServerConfig {
     pub tokens: Vec<TokenConfig>,
     /// Limits per queue name.
     pub queues: BTreeMap<String, QueueLimit>,
-    /// Per command type, payload fields replaced by `"***"` in every response
-    /// (top-level keys, or dotted paths such as `card.number`).
-    pub secrets: BTreeMap<String, Vec<String>>,
+    /// Secret payload fields per command type, masked in every answer, the dashboard
+    /// and the event stream (see [`tenax_core::secrets`]).
+    pub secrets: tenax_core::Secrets,
     /// Longest a `wait` long-poll may hold a request. Default 60 s.
     pub wait_max: Duration,
     /// Longest a request waits for the database (a pooled connection, then the call)
@@ -76,7 +76,7 @@ impl Default for ServerConfig {
             command_types: BTreeSet::new(),
             tokens: Vec::new(),
             queues: BTreeMap::new(),
-            secrets: BTreeMap::new(),
+            secrets: tenax_core::Secrets::default(),
             wait_max: Duration::from_secs(60),
             db_timeout: Duration::from_secs(5),
             batch_max: 100,
@@ -183,17 +183,6 @@ impl ServerConfig {
                 return Err(err(
                     format!("queues.{queue}.max_pending"),
                     "must be at least 1 (leave it out for no limit)",
-                ));
-            }
-        }
-        for (command_type, fields) in &self.secrets {
-            if fields
-                .iter()
-                .any(|f| f.is_empty() || f.split('.').any(str::is_empty))
-            {
-                return Err(err(
-                    format!("secrets.{command_type}"),
-                    "field names must be non-empty (dotted paths like card.number)",
                 ));
             }
         }

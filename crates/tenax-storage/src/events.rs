@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tenax_core::{InvalidInput, QueueName, TaskId, TaskStatus};
+use tenax_core::{InvalidInput, QueueName, Secrets, TaskId, TaskStatus};
 
 use crate::error::{Result, StorageError};
 
@@ -135,9 +135,19 @@ impl EventRecord {
     /// `id` is unique per event and the same on every redelivery; `seq` is its stream
     /// position; `task.result` (the handler's JSON result, as text) is set on
     /// `succeeded` only.
-    pub fn envelope(&self) -> serde_json::Value {
-        let task = serde_json::from_str::<serde_json::Value>(&self.task)
+    ///
+    /// The result's secret fields (`secrets`) are masked. Literal copies of secret
+    /// values in the result and the error were masked before they were stored, by the
+    /// worker that wrote them ([`tenax_core::secrets`]).
+    pub fn envelope(&self, secrets: &Secrets) -> serde_json::Value {
+        let mut task = serde_json::from_str::<serde_json::Value>(&self.task)
             .unwrap_or_else(|_| serde_json::Value::String(self.task.clone()));
+        if secrets.covers(&self.command_type) {
+            let masker = secrets.masker(&self.command_type, "{}");
+            if let Some(serde_json::Value::String(result)) = task.get_mut("result") {
+                *result = masker.json_text(result).into_owned();
+            }
+        }
         serde_json::json!({
             "schema": EVENT_SCHEMA,
             "id": self.event_id,

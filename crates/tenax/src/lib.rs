@@ -43,7 +43,7 @@ pub use tenax_core::{
     defaults_of, AttemptOutcome, AttemptRecord, Backoff, BatchCommand, BatchItem, Batched, Command,
     CommandDefaults, CommandError, CompensationState, ExecutionHook, ExecutionOutcome, HookFuture,
     InvalidInput, Jitter, LoadAware, ParentResult, Priority, QueueName, Registry, RegistryError,
-    ResultExt, RetryPolicy, TaskContext, TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
+    ResultExt, RetryPolicy, Secrets, TaskContext, TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
 pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{

@@ -499,7 +499,7 @@ async fn write_decisions(shared: &Arc<Shared>, members: &[Member], decisions: Ve
     let mut completed = Vec::new();
     let mut others = Vec::new();
     for (member, decision) in members.iter().zip(decisions) {
-        match decision {
+        match decision.masked(&shared.config.secrets, &member.task) {
             Decision::Complete(result, compensation) => {
                 completes.push(TaskCompleteParams {
                     lease: member.lease,

@@ -276,6 +276,7 @@ async fn finish(
     // write below is done, as before slots were freed early.
     let place = shared.outcomes.clone().acquire_owned().await.ok();
     drop(slot);
+    let decision = decision.masked(&shared.config.secrets, task);
     let outcome = write_outcome(shared, lease, decision).await;
     drop(place);
     crate::metrics::attempt_ended(task, outcome);

@@ -3,7 +3,7 @@
 //! random draw.
 use std::time::Duration;
 
-use tenax_core::{CommandError, CompensationState, RetryPolicy, TaskKind, TaskRecord};
+use tenax_core::{CommandError, CompensationState, RetryPolicy, Secrets, TaskKind, TaskRecord};
 use tenax_storage::FailNext;
 
 /// How an attempt ended, before its outcome is written.
@@ -37,6 +37,26 @@ pub(super) enum Decision {
     /// Succeeded, and already written by the handler's own transaction
     /// ([`TaskContext::completion_committed`]).
     Committed,
+}
+
+impl Decision {
+    /// The decision with the task's secret values masked out of what it writes: the
+    /// result's secret fields, and every literal copy of a secret value in the result
+    /// or the error (a handler that quotes its input, a program that echoes it).
+    pub(super) fn masked(self, secrets: &Secrets, task: &TaskRecord) -> Self {
+        if !secrets.covers(&task.command_type) {
+            return self;
+        }
+        let masker = secrets.masker(&task.command_type, &task.payload);
+        match self {
+            Decision::Complete(result, compensation) => Decision::Complete(
+                result.map(|r| masker.json_text(&r).into_owned()),
+                compensation,
+            ),
+            Decision::Fail(error, next) => Decision::Fail(masker.text(&error).into_owned(), next),
+            other @ (Decision::Drop(_) | Decision::Committed) => other,
+        }
+    }
 }
 
 /// What else an ended attempt's decision depends on.

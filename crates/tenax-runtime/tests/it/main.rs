@@ -29,6 +29,8 @@ mod batches;
 mod rates;
 /// Periodic schedules: declared on a worker, fired by its scheduler or at an injected time.
 mod schedules;
+/// Secret payload fields masked out of every stored outcome.
+mod secrets;
 /// Time: delayed tasks start on time, running tasks can be cancelled.
 mod timing;
 /// Bulk enqueue and workflows from the client.

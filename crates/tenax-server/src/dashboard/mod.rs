@@ -28,7 +28,7 @@ use tenax::{TaskId, TaskNo, TaskRecord, TaskStatus};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
-use crate::model::{AttemptView, ScheduleView, TaskView};
+use crate::model::{ScheduleView, TaskView};
 use crate::openapi::Access;
 use crate::routes::secrets;
 use crate::state::AppState;
@@ -321,7 +321,7 @@ pub(crate) async fn task(
         return Err(ApiError::not_found(format!("task {id} not found")));
     };
     let attempts = state.db(storage.task_attempts(TaskId(id))).await?;
-    let attempts: Vec<AttemptView> = attempts.iter().map(AttemptView::from).collect();
+    let attempts = secrets::attempts(&secrets::masker(state.config(), &record), &attempts);
     // A dead task's compensation runs as a task of its own, numbered after the task,
     // its id and the epoch it died under.
     let compensation = if record.compensation.is_some() {

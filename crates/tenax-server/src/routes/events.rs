@@ -19,6 +19,7 @@ use futures::stream::{self, Stream};
 use serde::Deserialize;
 use tenax::storage::{EventKind, EventListParams, EventRecord, Storage};
 use tenax::{QueueName, TaskStatus};
+use tenax_core::Secrets;
 use utoipa::IntoParams;
 
 use crate::error::ApiError;
@@ -102,17 +103,18 @@ fn resume_point(headers: &HeaderMap, query: &EventsQuery) -> Result<Option<i64>,
     }
 }
 
-fn message(record: &EventRecord) -> Event {
+fn message(record: &EventRecord, secrets: &Secrets) -> Event {
     Event::default()
         .id(record.seq.unwrap_or_default().to_string())
         .event(record.event.as_str())
-        .data(record.envelope().to_string())
+        .data(record.envelope(secrets).to_string())
 }
 
 struct Cursor {
     storage: std::sync::Arc<dyn Storage>,
     params: EventListParams,
     ready: VecDeque<Event>,
+    secrets: Secrets,
     shutdown: tokio_util::sync::CancellationToken,
     done: bool,
     follow: bool,
@@ -181,6 +183,7 @@ pub(crate) async fn stream(
             events,
         },
         ready: VecDeque::new(),
+        secrets: state.config().secrets.clone(),
         shutdown: state.inner.shutdown.clone(),
         done: false,
         follow: query.follow.unwrap_or(true),
@@ -216,7 +219,9 @@ fn events_of(cursor: Cursor) -> impl Stream<Item = Result<Event, Infallible>> {
                         continue;
                     }
                     let moved = page.scanned_through > c.params.after;
-                    c.ready.extend(page.events.iter().map(message));
+                    let secrets = &c.secrets;
+                    c.ready
+                        .extend(page.events.iter().map(|e| message(e, secrets)));
                     c.params.after = c.params.after.max(page.scanned_through);
                     if moved {
                         continue;

@@ -1,49 +1,48 @@
-//! Secret payload fields, replaced by `"***"` in every answer.
-use serde_json::Value;
+//! Secret payload fields, masked in every answer by [`tenax_core::secrets`]: the
+//! payload's secret fields, the same paths in the result, and every literal copy of a
+//! secret value in the result, the last error and the attempts' errors.
+use tenax_core::{AttemptRecord, Masker, TaskRecord};
 
 use crate::config::ServerConfig;
-use crate::model::{ScheduleView, TaskView};
+use crate::model::{AttemptView, ScheduleView, TaskView};
 
-const MASK: &str = "***";
-
-fn mask(value: &mut Value, path: &str) {
-    let mut parts = path.split('.').peekable();
-    let mut current = value;
-    while let Some(part) = parts.next() {
-        let Value::Object(map) = current else {
-            return;
-        };
-        let Some(next) = map.get_mut(part) else {
-            return;
-        };
-        if parts.peek().is_none() {
-            *next = Value::String(MASK.to_owned());
-            return;
-        }
-        current = next;
-    }
-}
-
-fn mask_all(config: &ServerConfig, command_type: &str, value: &mut Value) {
-    if let Some(fields) = config.secrets.get(command_type) {
-        for field in fields {
-            mask(value, field);
-        }
-    }
-}
-
-/// Mask a task's secret fields in its payload, and in its result (a handler may echo
-/// its input).
+/// Mask a task's view.
 pub(crate) fn task(config: &ServerConfig, mut view: TaskView) -> TaskView {
-    mask_all(config, &view.command_type, &mut view.payload);
+    let masker = config
+        .secrets
+        .mask_payload(&view.command_type, &mut view.payload);
     if let Some(result) = view.result.as_mut() {
-        mask_all(config, &view.command_type, result);
+        masker.json(result);
+    }
+    if let Some(error) = view.last_error.as_mut() {
+        *error = masker.text(error).into_owned();
     }
     view
 }
 
+/// The masker of a stored task (for texts shown apart from its view).
+pub(crate) fn masker<'c>(config: &'c ServerConfig, task: &TaskRecord) -> Masker<'c> {
+    config.secrets.masker(&task.command_type, &task.payload)
+}
+
+/// A task's attempts, their errors masked.
+pub(crate) fn attempts(masker: &Masker<'_>, attempts: &[AttemptRecord]) -> Vec<AttemptView> {
+    attempts
+        .iter()
+        .map(|a| {
+            let mut view = AttemptView::from(a);
+            if let Some(error) = view.error.as_mut() {
+                *error = masker.text(error).into_owned();
+            }
+            view
+        })
+        .collect()
+}
+
 /// Mask a schedule's secret payload fields.
 pub(crate) fn schedule(config: &ServerConfig, mut view: ScheduleView) -> ScheduleView {
-    mask_all(config, &view.command_type, &mut view.payload);
+    let _ = config
+        .secrets
+        .mask_payload(&view.command_type, &mut view.payload);
     view
 }

@@ -8,7 +8,7 @@ use tenax::storage::{
     RunAt, TaskActionParams, TaskInsertParams, TaskListParams, TaskRef, MAX_DELAY,
     PAYLOAD_MAX_BYTES,
 };
-use tenax::{Priority, QueueName, TaskId, TaskNo, TaskStatus};
+use tenax::{Priority, QueueName, TaskId, TaskNo, TaskRecord, TaskStatus};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -503,9 +503,17 @@ fn list_params(
 }
 
 async fn find(state: &AppState, task: TaskRef) -> Result<TaskView, ApiError> {
+    let record = find_record(state, task).await?;
+    Ok(secrets::task(
+        state.config(),
+        TaskView::from_record(&record),
+    ))
+}
+
+async fn find_record(state: &AppState, task: TaskRef) -> Result<TaskRecord, ApiError> {
     let shown = task.to_string();
     match state.db(state.storage().task_get(&task)).await? {
-        Some(t) => Ok(secrets::task(state.config(), TaskView::from_record(&t))),
+        Some(t) => Ok(t),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "task_not_found",
@@ -557,9 +565,10 @@ pub(crate) async fn attempts(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<Vec<AttemptView>>, ApiError> {
-    find(&state, TaskRef::Id(TaskId(id))).await?;
+    let task = find_record(&state, TaskRef::Id(TaskId(id))).await?;
     let attempts = state.db(state.storage().task_attempts(TaskId(id))).await?;
-    Ok(Json(attempts.iter().map(AttemptView::from).collect()))
+    let masker = secrets::masker(state.config(), &task);
+    Ok(Json(secrets::attempts(&masker, &attempts)))
 }
 
 /// Wait until a task reaches a final status, or the timeout passes.

@@ -35,10 +35,7 @@ pub fn config() -> ServerConfig {
         ],
         ..ServerConfig::default()
     };
-    config.secrets.insert(
-        "echo".to_owned(),
-        vec!["password".to_owned(), "card.number".to_owned()],
-    );
+    config.secrets = tenax_core::Secrets::new([("echo", ["password", "card.number"])]).unwrap();
     config.validate().unwrap();
     config
 }

@@ -32,6 +32,7 @@ mod queues;
 mod rates;
 pub mod runtime;
 pub mod schedules;
+pub mod secrets;
 pub mod workflows;
 
 pub use faults::{FaultyStorage, StorageMethod};
