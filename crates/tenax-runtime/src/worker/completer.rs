@@ -111,10 +111,7 @@ async fn write_complete(
             }
         }
     }
-    let written = with_retries(shared.config.lease_ttl, lease, || {
-        shared.storage.task_complete_if_leased(&params)
-    })
-    .await;
+    let written = complete_alone(shared.storage.as_ref(), shared.config.lease_ttl, &params).await;
     report_write(written, "succeeded");
     written
 }
@@ -131,10 +128,7 @@ async fn write_fail(
         next,
         now: None,
     };
-    let written = with_retries(shared.config.lease_ttl, lease, || {
-        shared.storage.task_fail_if_leased(&params)
-    })
-    .await;
+    let written = fail_alone(shared.storage.as_ref(), shared.config.lease_ttl, &params).await;
     let what = match next {
         FailNext::Retry(_) => "failed, will retry",
         FailNext::Dead => "failed, dead",
@@ -161,11 +155,26 @@ pub(super) fn report_write(written: Option<bool>, what: &str) {
 
 /// Retry a fenced write on transient storage errors while the lease can still be held.
 /// A failure of Tenax's own write is never recorded as a failure of the handler.
-pub(super) async fn with_retries<F, Fut>(
+async fn with_retries<F, Fut>(lease_ttl: Duration, lease: Lease, write: F) -> Option<bool>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, StorageError>>,
+{
+    match retried(lease_ttl, lease, write).await {
+        Ok(written) => Some(written),
+        Err(e) => {
+            error!(task.id = %lease.id, error = %e, "writing the outcome failed; giving up");
+            None
+        }
+    }
+}
+
+/// [`with_retries`], answering the error it gave up on.
+async fn retried<F, Fut>(
     lease_ttl: Duration,
     lease: Lease,
     mut write: F,
-) -> Option<bool>
+) -> Result<bool, StorageError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool, StorageError>>,
@@ -174,17 +183,75 @@ where
     let mut pause = Duration::from_millis(50);
     loop {
         match write().await {
-            Ok(written) => return Some(written),
             Err(e) if e.is_transient() && Instant::now() + pause < give_up => {
                 warn!(task.id = %lease.id, error = %e, "writing the outcome failed; retrying");
                 let jittered = rand::rng().random_range(pause / 2..=pause);
                 sleep(jittered).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
-            Err(e) => {
-                error!(task.id = %lease.id, error = %e, "writing the outcome failed; giving up");
-                return None;
-            }
+            other => return other,
+        }
+    }
+}
+
+/// The result stored in place of one the database refused for good.
+pub(super) const RESULT_NOT_STORED: &str =
+    r#"{"tenax":"the result could not be stored: the database refused it (see the worker's log)"}"#;
+/// The error stored in place of one the database refused for good.
+pub(super) const ERROR_NOT_STORED: &str =
+    "the attempt's error could not be stored: the database refused it (see the worker's log)";
+
+/// Write a success by its own transaction, retried on transient errors. A result the
+/// database refuses for good is surfaced, not dropped: the success is written with
+/// [`RESULT_NOT_STORED`] in its place, so the task never stays `running` until its
+/// lease expires (and runs again).
+async fn complete_alone(
+    storage: &dyn Storage,
+    lease_ttl: Duration,
+    params: &TaskCompleteParams,
+) -> Option<bool> {
+    let lease = params.lease;
+    match retried(lease_ttl, lease, || storage.task_complete_if_leased(params)).await {
+        Ok(written) => Some(written),
+        Err(e) if !e.is_transient() && params.result.is_some() => {
+            error!(task.id = %lease.id, error = %e, "the database refused the result; writing the success without it");
+            let surfaced = TaskCompleteParams {
+                result: Some(RESULT_NOT_STORED.to_owned()),
+                ..params.clone()
+            };
+            with_retries(lease_ttl, lease, || {
+                storage.task_complete_if_leased(&surfaced)
+            })
+            .await
+        }
+        Err(e) => {
+            error!(task.id = %lease.id, error = %e, "writing the outcome failed; giving up");
+            None
+        }
+    }
+}
+
+/// Write a failure by its own transaction, retried on transient errors; an error text
+/// the database refuses for good is replaced by [`ERROR_NOT_STORED`].
+async fn fail_alone(
+    storage: &dyn Storage,
+    lease_ttl: Duration,
+    params: &TaskFailParams,
+) -> Option<bool> {
+    let lease = params.lease;
+    match retried(lease_ttl, lease, || storage.task_fail_if_leased(params)).await {
+        Ok(written) => Some(written),
+        Err(e) if !e.is_transient() => {
+            error!(task.id = %lease.id, error = %e, "the database refused the error; writing the failure without it");
+            let surfaced = TaskFailParams {
+                error: ERROR_NOT_STORED.to_owned(),
+                ..params.clone()
+            };
+            with_retries(lease_ttl, lease, || storage.task_fail_if_leased(&surfaced)).await
+        }
+        Err(e) => {
+            error!(task.id = %lease.id, error = %e, "writing the outcome failed; giving up");
+            None
         }
     }
 }
@@ -283,10 +350,5 @@ async fn write_each<'a>(
     lease_ttl: Duration,
     params: impl Iterator<Item = &'a TaskCompleteParams>,
 ) -> Vec<Option<bool>> {
-    futures::future::join_all(params.map(|p| {
-        with_retries(lease_ttl, p.lease, move || {
-            storage.task_complete_if_leased(p)
-        })
-    }))
-    .await
+    futures::future::join_all(params.map(|p| complete_alone(storage, lease_ttl, p))).await
 }

@@ -245,3 +245,53 @@ async fn compensation_without_an_implementation_is_recorded_as_none() {
     assert_eq!(comp.status, TaskStatus::Succeeded);
     worker.shutdown().await;
 }
+
+/// An outcome the database refuses for good (not a transient error) is surfaced, not
+/// left unwritten: a refused result is replaced by a note and the task succeeds; a
+/// refused error is replaced by a note and the task fails as decided. Neither stays
+/// `running` until its lease expires (30 s here, longer than the wait), on the single
+/// and the batch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_the_database_refuses_is_surfaced_and_never_left_running() {
+    use tenax_storage::testing::secrets::{failing, Leak, LeakMany, LEAK, LEAK_MANY};
+    use tenax_storage::testing::FaultyStorage;
+    let env = Env::new().await;
+    let faulty = FaultyStorage::new(env.storage());
+    faulty.refuse_outcomes_holding("POISON");
+    let mut registry = Registry::new();
+    registry.register(Leak).unwrap();
+    registry.register_batch(LeakMany).unwrap();
+    let shape = serde_json::json!({"note": "POISON"});
+    let mut tasks = Vec::new();
+    for command_type in [LEAK, LEAK_MANY] {
+        for (payload, ends) in [
+            (shape.clone(), TaskStatus::Succeeded),
+            (failing(&shape), TaskStatus::Dead),
+        ] {
+            let task = env
+                .client
+                .enqueue_raw(command_type, &payload)
+                .max_attempts(1)
+                .await
+                .unwrap()
+                .task;
+            tasks.push((task, ends));
+        }
+    }
+    let config = tenax_runtime::WorkerConfig::fast(Duration::from_secs(30));
+    let worker = env.start(faulty, registry, config);
+    for (task, ends) in &tasks {
+        let done = env
+            .wait_task(task, "the task ends before its lease expires", |t| {
+                t.status == *ends
+            })
+            .await;
+        let text = done.result.or(done.last_error).unwrap_or_default();
+        assert!(
+            text.contains("could not be stored") && !text.contains("POISON"),
+            "{}: {text}",
+            task.command_type
+        );
+    }
+    worker.shutdown().await;
+}

@@ -25,10 +25,13 @@ pub enum StorageMethod {
 }
 
 /// Wraps a storage; methods switched on with [`FaultyStorage::fail`] return a transient
-/// error until switched off.
+/// error until switched off, and outcomes holding a text set with
+/// [`FaultyStorage::refuse_outcomes_holding`] are refused for good, as a database
+/// refuses a value it cannot store.
 pub struct FaultyStorage {
     inner: Arc<dyn Storage>,
     failing: Mutex<HashSet<StorageMethod>>,
+    refused: Mutex<Option<String>>,
 }
 
 impl FaultyStorage {
@@ -36,6 +39,7 @@ impl FaultyStorage {
         Arc::new(Self {
             inner,
             failing: Mutex::new(HashSet::new()),
+            refused: Mutex::new(None),
         })
     }
 
@@ -46,6 +50,22 @@ impl FaultyStorage {
             set.insert(method);
         } else {
             set.remove(&method);
+        }
+    }
+
+    /// Refuse (with a permanent error) every completion whose result, and every
+    /// failure whose error, holds `text`.
+    pub fn refuse_outcomes_holding(&self, text: &str) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.to_owned());
+    }
+
+    fn check_text(&self, text: Option<&str>) -> Result<()> {
+        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        match (refused.as_deref(), text) {
+            (Some(bad), Some(text)) if text.contains(bad) => Err(StorageError::Database(
+                format!("injected refusal of a value holding {bad:?}").into(),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -99,10 +119,12 @@ impl Storage for FaultyStorage {
     }
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
         self.check(StorageMethod::Complete)?;
+        self.check_text(params.result.as_deref())?;
         self.inner.task_complete_if_leased(params).await
     }
     async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
         self.check(StorageMethod::Fail)?;
+        self.check_text(Some(&params.error))?;
         self.inner.task_fail_if_leased(params).await
     }
     async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
@@ -254,6 +276,9 @@ impl Storage for FaultyStorage {
         // The batch fails with the one-task completion: a test that breaks completions
         // breaks both paths.
         self.check(StorageMethod::Complete)?;
+        for p in params {
+            self.check_text(p.result.as_deref())?;
+        }
         self.inner.task_complete_many_if_leased(params).await
     }
 
