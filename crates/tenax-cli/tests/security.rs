@@ -1283,14 +1283,27 @@ async fn battery_path_traversal_reaches_no_file() {
             .await;
         ids.push((program, task.id.0));
     }
-    // Arguments that are not strings, or hold a NUL no program can receive, are refused
-    // at enqueue too.
-    for (args, field) in [
-        (json!("-c id"), "payload.args"),
-        (json!(["ok", 1]), "payload.args[1]"),
-        (json!(["a\u{0}b"]), "payload.args[0]"),
+    // Arguments that are not strings, or hold a NUL no program can receive, and fields
+    // an exec payload does not have (decoded strictly at run time) are refused at
+    // enqueue too.
+    for (payload, field) in [
+        (json!({"program": "echo", "args": "-c id"}), "payload.args"),
+        (
+            json!({"program": "echo", "args": ["ok", 1]}),
+            "payload.args[1]",
+        ),
+        (
+            json!({"program": "echo", "args": ["a\u{0}b"]}),
+            "payload.args[0]",
+        ),
+        (
+            json!({"program": "echo", "card": {"number": "4111"}}),
+            "payload.card",
+        ),
+        (json!(["echo"]), "payload"),
     ] {
-        let body = json!({"command_type": "exec", "payload": {"program": "echo", "args": args}});
+        let args = &payload;
+        let body = json!({"command_type": "exec", "payload": payload});
         let answer = call(
             &addr,
             "POST",

@@ -102,6 +102,23 @@ fn check_exec_task(state: &AppState, payload: &serde_json::Value) -> Result<(), 
     if programs.is_empty() {
         return Ok(());
     }
+    // The payload is decoded strictly at run time: refuse now what would fail then.
+    let Some(fields) = payload.as_object() else {
+        return Err(
+            ApiError::invalid("payload: must be an object holding program and args")
+                .field("payload"),
+        );
+    };
+    if let Some(other) = fields
+        .keys()
+        .find(|k| !matches!(k.as_str(), "program" | "args"))
+    {
+        let shown: String = other.chars().take(100).collect();
+        return Err(ApiError::invalid(format!(
+            "payload.{shown}: unknown field (an exec payload holds program and args)"
+        ))
+        .field(format!("payload.{shown}")));
+    }
     let program = payload.get("program").and_then(|p| p.as_str());
     let Some(program) = program else {
         return Err(ApiError::invalid("payload.program: must be a string").field("payload.program"));
