@@ -86,6 +86,11 @@ pub struct TaskView {
     pub started_at: Option<DateTime<Utc>>,
     /// Reached a final status (UTC).
     pub finished_at: Option<DateTime<Utc>>,
+    /// The name of the API token that enqueued it; `null` for a task enqueued
+    /// otherwise (the library, the CLI, a schedule) or by a server without tokens. An
+    /// `enqueue` token reads only the tasks enqueued under its own name.
+    #[serde(default)]
+    pub created_by: Option<String>,
 }
 
 fn parse_json_text(text: &str) -> Value {
@@ -118,6 +123,7 @@ impl TaskView {
             updated_at: task.updated_at,
             started_at: task.started_at,
             finished_at: task.finished_at,
+            created_by: task.created_by.clone(),
         }
     }
 }

@@ -74,6 +74,10 @@ pub struct TaskInsertParams {
     /// [`CALLBACK_URL_MAX_BYTES`](crate::CALLBACK_URL_MAX_BYTES)); see [`crate::outbox`].
     /// Not part of the task's identity: a repeat of a `task_no` keeps the stored URL.
     pub callback_url: Option<String>,
+    /// The name of the API token enqueueing the task (at most
+    /// [`CREATED_BY_MAX_BYTES`](crate::CREATED_BY_MAX_BYTES), not empty), or `None`. Not
+    /// part of the task's identity: a repeat of a `task_no` keeps the stored name.
+    pub created_by: Option<String>,
 }
 
 /// What [`Storage::task_insert`](crate::Storage::task_insert) did.

@@ -260,6 +260,8 @@ pub(crate) fn insert_params(
         concurrency_key: req.concurrency_key,
         concurrency_limit: u32::try_from(concurrency_limit).unwrap_or(1),
         callback_url: req.callback_url,
+        // The enqueuing route names the caller.
+        created_by: None,
     })
 }
 
@@ -314,11 +316,49 @@ pub(crate) async fn check_pressure(
     .retry_after(1))
 }
 
-/// Enqueue one request: the task and whether it is new.
-async fn enqueue_one(state: &AppState, req: EnqueueRequest) -> Result<(bool, TaskView), ApiError> {
-    let params = insert_params(state, req)?;
+/// The answer to an enqueue token repeating the number of a task enqueued under
+/// another name: the same whether or not the type and payload match, so that the
+/// answer tells nothing of that task but that its number is taken.
+fn number_taken(task_no: &TaskNo) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "task_no_conflict",
+        format!("task_no {:?} already exists", task_no.as_str()),
+    )
+    .field("task_no")
+}
+
+/// Enqueue one request under the caller's name: the task and whether it is new.
+async fn enqueue_one(
+    state: &AppState,
+    caller: &Caller,
+    req: EnqueueRequest,
+) -> Result<(bool, TaskView), ApiError> {
+    let mut params = insert_params(state, req)?;
+    params.created_by = caller.enqueuer(state);
     check_pressure(state, &params).await?;
-    let inserted = state.db(state.storage().task_insert(&params)).await?;
+    let inserted = match state.db(state.storage().task_insert(&params)).await {
+        Ok(inserted) => inserted,
+        Err(e) if e.code == "task_no_conflict" => {
+            // Whether another's task has this type and payload is not the caller's to
+            // learn.
+            let existing = state
+                .db(state
+                    .storage()
+                    .task_get(&TaskRef::No(params.task_no.clone())))
+                .await?;
+            return Err(match existing {
+                Some(t) if !caller.may_read(t.created_by.as_deref()) => {
+                    number_taken(&params.task_no)
+                }
+                _ => e,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if !inserted.created && !caller.may_read(inserted.task.created_by.as_deref()) {
+        return Err(number_taken(&params.task_no));
+    }
     if inserted.created {
         state.inner.pending.bump(&params.queue);
     }
@@ -343,9 +383,10 @@ async fn enqueue_one(state: &AppState, req: EnqueueRequest) -> Result<(bool, Tas
     ))]
 pub(crate) async fn enqueue(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
-    let (created, task) = enqueue_one(&state, req).await?;
+    let (created, task) = enqueue_one(&state, &caller, req).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -363,6 +404,7 @@ pub(crate) async fn enqueue(
     ))]
 pub(crate) async fn enqueue_batch(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let max = state.config().batch_max;
@@ -375,7 +417,7 @@ pub(crate) async fn enqueue_batch(
     }
     let mut results = Vec::with_capacity(req.tasks.len());
     for (index, item) in req.tasks.into_iter().enumerate() {
-        results.push(match enqueue_one(&state, item).await {
+        results.push(match enqueue_one(&state, &caller, item).await {
             Ok((created, task)) => BatchItem {
                 index,
                 status: if created { 201 } else { 200 },
@@ -502,11 +544,15 @@ fn list_params(
     }
 }
 
-async fn find(state: &AppState, task: TaskRef) -> Result<TaskView, ApiError> {
+/// A task the caller may read. Another's task is answered as a missing one, word for
+/// word, so that an enqueue token cannot tell the ids of others' tasks from unused ids.
+async fn find(state: &AppState, caller: &Caller, task: TaskRef) -> Result<TaskView, ApiError> {
     let shown = task.to_string();
     match state.db(state.storage().task_get(&task)).await? {
-        Some(t) => Ok(secrets::task(state.config(), TaskView::from_record(&t))),
-        None => Err(ApiError::new(
+        Some(t) if caller.may_read(t.created_by.as_deref()) => {
+            Ok(secrets::task(state.config(), TaskView::from_record(&t)))
+        }
+        _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "task_not_found",
             format!("task {shown} not found"),
@@ -524,9 +570,10 @@ async fn find(state: &AppState, task: TaskRef) -> Result<TaskView, ApiError> {
     ))]
 pub(crate) async fn get_by_id(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<TaskView>, ApiError> {
-    Ok(Json(find(&state, TaskRef::Id(TaskId(id))).await?))
+    Ok(Json(find(&state, &caller, TaskRef::Id(TaskId(id))).await?))
 }
 
 /// A task by its business number.
@@ -539,10 +586,11 @@ pub(crate) async fn get_by_id(
     ))]
 pub(crate) async fn get_by_no(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(task_no): ApiPath<String>,
 ) -> Result<Json<TaskView>, ApiError> {
     let no = TaskNo::new(task_no)?;
-    Ok(Json(find(&state, TaskRef::No(no)).await?))
+    Ok(Json(find(&state, &caller, TaskRef::No(no)).await?))
 }
 
 /// A task's attempts, oldest first (the last 20).
@@ -555,9 +603,10 @@ pub(crate) async fn get_by_no(
     ))]
 pub(crate) async fn attempts(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<Vec<AttemptView>>, ApiError> {
-    find(&state, TaskRef::Id(TaskId(id))).await?;
+    find(&state, &caller, TaskRef::Id(TaskId(id))).await?;
     let attempts = state.db(state.storage().task_attempts(TaskId(id))).await?;
     Ok(Json(attempts.iter().map(AttemptView::from).collect()))
 }
@@ -573,6 +622,7 @@ pub(crate) async fn attempts(
     ))]
 pub(crate) async fn wait(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
     ApiQuery(query): ApiQuery<WaitQuery>,
 ) -> Result<(StatusCode, Json<WaitResponse>), ApiError> {
@@ -583,7 +633,7 @@ pub(crate) async fn wait(
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pause = Duration::from_millis(20);
     loop {
-        let task = find(&state, TaskRef::Id(TaskId(id))).await?;
+        let task = find(&state, &caller, TaskRef::Id(TaskId(id))).await?;
         let finished = task
             .status
             .parse::<TaskStatus>()

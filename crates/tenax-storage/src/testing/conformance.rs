@@ -1397,3 +1397,94 @@ pub async fn retrying_a_stale_compensation_is_refused(h: &Harness) {
 }
 
 pub use super::schedules::*;
+
+/// The name an API token enqueued a task under: stored on every way in, kept by a
+/// repeat of the number (it is not part of the task's identity), carried to the
+/// task's compensation, and refused when empty or too long.
+pub async fn the_enqueuers_name_is_stored_kept_and_carried_to_the_compensation(h: &Harness) {
+    let named = |no: &str, name: Option<&str>| TaskOpts {
+        task_no: Some(no.into()),
+        created_by: name.map(str::to_owned),
+        ..Default::default()
+    };
+    let shop = h.task(named("BY-SHOP", Some("shop"))).await;
+    assert_eq!(shop.created_by.as_deref(), Some("shop"));
+    let library = h.task(named("BY-LIBRARY", None)).await;
+    assert_eq!(library.created_by, None);
+    let repeat = h
+        .storage
+        .task_insert(&named("BY-SHOP", Some("till")).params())
+        .await
+        .unwrap();
+    assert!(!repeat.created);
+    assert_eq!(repeat.task.created_by.as_deref(), Some("shop"));
+    let many = h
+        .storage
+        .task_insert_many(&crate::TaskInsertManyParams {
+            tasks: vec![named("BY-TILL", Some("till")).params()],
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(many[0].task().created_by.as_deref(), Some("till"));
+    let listed = h
+        .storage
+        .task_list(&TaskListParams {
+            limit: 10,
+            ..TaskListParams::default()
+        })
+        .await
+        .unwrap();
+    let names: Vec<(&str, Option<&str>)> = listed
+        .iter()
+        .map(|t| (t.task_no.as_str(), t.created_by.as_deref()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("BY-TILL", Some("till")),
+            ("BY-LIBRARY", None),
+            ("BY-SHOP", Some("shop"))
+        ]
+    );
+    let workflow = h
+        .storage
+        .workflow_insert(&crate::WorkflowInsertParams {
+            name: "flow".into(),
+            kind: crate::WorkflowKind::Dag,
+            policy: crate::WorkflowPolicy::CancelDependents,
+            tasks: vec![crate::WorkflowTaskParams {
+                key: "a".into(),
+                task: named("FLOW-A", Some("shop")).params(),
+                after: Vec::new(),
+            }],
+            now: None,
+        })
+        .await
+        .unwrap();
+    let stored = h.storage.workflow_get(workflow.workflow.id).await.unwrap();
+    assert_eq!(
+        stored.unwrap().tasks[0].task.created_by.as_deref(),
+        Some("shop")
+    );
+    // A compensation belongs to whoever enqueued the task it compensates.
+    let mut claimed = h.claim("w1", 10, None).await;
+    claimed.retain(|t| t.id == shop.id);
+    assert!(fail(h, lease(&claimed[0]), FailNext::Dead, None).await);
+    let comp = compensation_of(h, shop.id).await;
+    assert_eq!(comp[0].created_by.as_deref(), Some("shop"));
+    // Refused, and nothing inserted.
+    let before = count(h).await;
+    for bad in [String::new(), "n".repeat(crate::CREATED_BY_MAX_BYTES + 1)] {
+        let err = h
+            .storage
+            .task_insert(&named("BAD-NAME", Some(&bad)).params())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Invalid(_)), "{err}");
+    }
+    let longest = "n".repeat(crate::CREATED_BY_MAX_BYTES);
+    assert_eq!(count(h).await, before);
+    let kept = h.task(named("LONG-NAME", Some(&longest))).await;
+    assert_eq!(kept.created_by, Some(longest));
+}
