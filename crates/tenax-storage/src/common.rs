@@ -355,6 +355,28 @@ pub const CONCURRENCY_KEY_MAX_BYTES: usize = 160;
 /// The highest concurrency limit of a key.
 pub const CONCURRENCY_LIMIT_MAX: u32 = 1000;
 
+/// The columns of a task list: a backend's task columns, with `payload` and `result`
+/// replaced by the empty string where longer than `max` bytes (see
+/// [`TaskListParams::value_max_bytes`](crate::TaskListParams::value_max_bytes)).
+/// `octet_length` is SQLite's (3.43+), PostgreSQL's and MariaDB's alike, and reads a
+/// value's stored size without its content. The bound is a number, never text.
+pub(crate) fn list_columns(columns: &str, max: Option<u32>) -> String {
+    let Some(max) = max else {
+        return columns.to_owned();
+    };
+    columns
+        .split(',')
+        .map(str::trim)
+        .map(|column| match column {
+            "payload" | "result" => format!(
+                "CASE WHEN octet_length({column}) > {max} THEN '' ELSE {column} END AS {column}"
+            ),
+            other => other.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Longest [`TaskInsertParams::created_by`] in bytes: a token's name is no longer.
 pub const CREATED_BY_MAX_BYTES: usize = 100;
 

@@ -331,7 +331,8 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Tasks that succeeded or died at or after `since`, the latest to finish first, at
     /// most `limit` (read through the index of finished tasks, however many the table
-    /// keeps). What a dashboard charts for the last hour.
+    /// keeps). What a dashboard charts for the last hour: payloads and results are
+    /// left out (the empty string, as [`TaskListParams::value_max_bytes`] describes).
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>>;
 
     /// Complete many tasks in one transaction, each exactly as

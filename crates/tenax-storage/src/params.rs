@@ -109,6 +109,12 @@ pub struct TaskListParams {
     pub created_after: Option<DateTime<Utc>>,
     /// Only tasks created before this instant.
     pub created_before: Option<DateTime<Utc>>,
+    /// Leave out a payload or result longer than this many bytes: it is not read from
+    /// the database, and the record holds the empty string in its place (`payload`
+    /// `""`, `result` `Some("")`), which no stored value is (both are JSON). A list
+    /// answer can then be bounded without loading large values. `None`: every value
+    /// whole.
+    pub value_max_bytes: Option<u32>,
 }
 
 /// [`Storage::task_list_finished`](crate::Storage::task_list_finished).

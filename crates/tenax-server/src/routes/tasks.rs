@@ -465,7 +465,9 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<TaskId, ApiError> {
     Ok(TaskId(id))
 }
 
-/// Tasks newest first, filtered, a page at a time.
+/// Tasks newest first, filtered, a page at a time. A page holds at most `limit` tasks
+/// and at most 4 MiB of them; a payload or result over 16 KiB is left out
+/// (`payload_omitted`, `result_omitted`): `GET /v1/tasks/{id}` gives it whole.
 #[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(ListQuery),
     security(("bearer" = [])),
     responses(
@@ -514,16 +516,52 @@ pub(crate) async fn list(
     let before_id = query.cursor.as_deref().map(decode_cursor).transpose()?;
     let params = list_params(&query, status, before_id, limit);
     let tasks = state.db(state.storage().task_list(&params)).await?;
-    let next_cursor = (tasks.len() == limit as usize)
-        .then(|| tasks.last().map(|t| encode_cursor(t.id.0)))
-        .flatten();
-    Ok(Json(TaskPage {
-        tasks: tasks
+    let (tasks, full) = bounded_page(
+        tasks
             .iter()
-            .map(|t| secrets::task(state.config(), TaskView::from_record(t)))
-            .collect(),
-        next_cursor,
-    }))
+            .map(|t| secrets::task(state.config(), TaskView::listed(t))),
+        LIST_PAGE_MAX_BYTES,
+    );
+    // More may follow when the page is full, by rows or by bytes.
+    let next_cursor = (full || tasks.len() == limit as usize)
+        .then(|| tasks.last().map(|t| encode_cursor(t.id)))
+        .flatten();
+    Ok(Json(TaskPage { tasks, next_cursor }))
+}
+
+/// Counts the bytes written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The tasks of a page, in order, up to `max` bytes of their JSON (at least one), and
+/// whether tasks were left for the next page by that bound.
+pub(crate) fn bounded_page(
+    tasks: impl Iterator<Item = TaskView>,
+    max: usize,
+) -> (Vec<TaskView>, bool) {
+    let mut page = Vec::new();
+    let mut bytes = 0usize;
+    for task in tasks {
+        let mut count = ByteCount(0);
+        // Writing into a counter cannot fail; a failure would only count short.
+        let _ = serde_json::to_writer(&mut count, &task);
+        bytes = bytes.saturating_add(count.0 + 1);
+        if bytes > max && !page.is_empty() {
+            return (page, true);
+        }
+        page.push(task);
+    }
+    (page, false)
 }
 
 fn list_params(
@@ -540,6 +578,8 @@ fn list_params(
         limit,
         created_after: query.created_after,
         created_before: query.created_before,
+        // Large values stay in the database: a page is bounded by bytes as well.
+        value_max_bytes: Some(LIST_VALUE_MAX_BYTES),
         ..TaskListParams::default()
     }
 }
@@ -566,7 +606,7 @@ async fn find(state: &AppState, caller: &Caller, task: TaskRef) -> Result<TaskVi
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The task", body = TaskView),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn get_by_id(
     State(state): State<AppState>,
@@ -582,7 +622,7 @@ pub(crate) async fn get_by_id(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The task", body = TaskView),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn get_by_no(
     State(state): State<AppState>,
@@ -599,7 +639,7 @@ pub(crate) async fn get_by_no(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Attempts", body = Vec<AttemptView>),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn attempts(
     State(state): State<AppState>,
@@ -618,7 +658,7 @@ pub(crate) async fn attempts(
     responses(
         (status = 200, description = "The task reached a final status", body = WaitResponse),
         (status = 202, description = "The wait timed out; the task as it stands (finished = false)", body = WaitResponse),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn wait(
     State(state): State<AppState>,

@@ -50,7 +50,8 @@ fn detail_view(state: &AppState, d: &WorkflowDetail) -> WorkflowDetailView {
             .map(|t| WorkflowTaskView {
                 key: t.key.clone(),
                 parents: t.parents.clone(),
-                task: secrets::task(state.config(), TaskView::from_record(&t.task)),
+                // Bounded as a list's tasks are: each large value is left out.
+                task: secrets::task(state.config(), TaskView::listed(&t.task)),
             })
             .collect(),
     }
@@ -183,7 +184,7 @@ pub(crate) async fn list(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The workflow", body = WorkflowDetailView),
-        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 404, description = "No such workflow, or another's workflow to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn get(
     State(state): State<AppState>,

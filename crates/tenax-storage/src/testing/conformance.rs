@@ -1488,3 +1488,100 @@ pub async fn the_enqueuers_name_is_stored_kept_and_carried_to_the_compensation(h
     let kept = h.task(named("LONG-NAME", Some(&longest))).await;
     assert_eq!(kept.created_by, Some(longest));
 }
+
+/// A list that bounds each value leaves a longer payload or result out (the empty
+/// string) and gives the others whole; a single read still gives every value whole.
+pub async fn a_list_can_leave_large_values_out(h: &Harness) {
+    let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(2000));
+    let small = r#"{"n":1}"#.to_owned();
+    let mut ids = Vec::new();
+    for (no, payload) in [("BIG", &big), ("SMALL", &small)] {
+        let task = h
+            .task(TaskOpts {
+                task_no: Some(no.into()),
+                payload: payload.clone(),
+                ..Default::default()
+            })
+            .await;
+        ids.push(task.id);
+    }
+    // Both succeed: the big one with a big result, the small one with a small one.
+    for task in h.claim("w1", 10, None).await {
+        let result = if task.id == ids[0] {
+            big.clone()
+        } else {
+            small.clone()
+        };
+        assert!(h
+            .storage
+            .task_complete_if_leased(&TaskCompleteParams {
+                lease: lease(&task),
+                result: Some(result),
+                compensation: CompensationState::Succeeded,
+                now: None,
+            })
+            .await
+            .unwrap());
+    }
+    let list = |max: Option<u32>| {
+        let storage = h.storage.clone();
+        async move {
+            storage
+                .task_list(&TaskListParams {
+                    limit: 10,
+                    value_max_bytes: max,
+                    ..TaskListParams::default()
+                })
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| (t.payload, t.result))
+                .collect::<Vec<_>>()
+        }
+    };
+    let whole = vec![
+        (small.clone(), Some(small.clone())),
+        (big.clone(), Some(big.clone())),
+    ];
+    assert_eq!(list(None).await, whole);
+    let bound = u32::try_from(small.len()).unwrap();
+    assert_eq!(
+        list(Some(bound + 100)).await,
+        [
+            (small.clone(), Some(small.clone())),
+            (String::new(), Some(String::new())),
+        ]
+    );
+    // The bound counts bytes, and a value of exactly the bound is kept.
+    assert_eq!(
+        list(Some(bound)).await[0],
+        (small.clone(), Some(small.clone()))
+    );
+    assert_eq!(
+        list(Some(bound - 1)).await[0],
+        (String::new(), Some(String::new()))
+    );
+    let got = h
+        .storage
+        .task_get(&TaskRef::Id(ids[0]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((got.payload, got.result), (big.clone(), Some(big)));
+    // The finished-task list of a chart carries neither.
+    let finished = h
+        .storage
+        .task_list_finished(&crate::TaskListFinishedParams {
+            since: h.storage.now().await.unwrap() - chrono::Duration::hours(1),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(finished.len(), 2);
+    for task in finished {
+        assert_eq!(
+            (task.payload, task.result),
+            (String::new(), Some(String::new()))
+        );
+    }
+}

@@ -342,6 +342,7 @@ macro_rules! conformance_tests {
                 invalid_event_inputs_are_refused_and_change_nothing,
                 a_nul_in_an_outcome_is_stored_escaped_and_the_task_ends,
                 the_enqueuers_name_is_stored_kept_and_carried_to_the_compensation,
+                a_list_can_leave_large_values_out,
             );
         }
     };
