@@ -62,6 +62,7 @@ fn insert(no: &str, command_type: &str, queue: &str, payload: Value) -> TaskInse
         concurrency_key: None,
         concurrency_limit: 1,
         callback_url: None,
+        created_by: None,
     }
 }
 

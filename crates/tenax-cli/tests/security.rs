@@ -1967,6 +1967,183 @@ fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 /// SQL text is never built from input: every `format!` whose text holds SQL
 /// interpolates only constants (UPPER_CASE) or the few values listed here, each checked
 /// where it is built.
+const TILL: &str = "tnx_security_second_enqueue_token";
+
+/// A `kB` line of the server's `/proc/<pid>/status` (`VmRSS`, `VmHWM`).
+fn memory_kib(pid: u32, line: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(line)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line} in {status}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn battery_an_enqueue_token_cannot_probe_others_tasks() {
+    let h = tenax_storage::testing::sqlite_file().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[[server.tokens]]\nname = \"till\"\nrole = \"enqueue\"\nsha256 = \"{}\"\n",
+        tenax_server::hash_token(TILL)
+    );
+    let server = start(dir.path(), &h.url, &config(&extra), &["--no-workers"], &[]);
+    let addr = server.addr.clone();
+    let mut probes = 0;
+    // Tasks of the admin, of the other enqueuer and of the library, then one of its own.
+    let enqueue = |token: &str, no: &str| {
+        let answer = call(
+            &addr,
+            "POST",
+            "/v1/tasks",
+            Some(token),
+            Some(
+                &json!({"command_type": "echo", "task_no": no, "payload": {"password": SECRET}})
+                    .to_string(),
+            ),
+        );
+        assert_eq!(answer.status, 201, "{}", answer.body);
+        answer.json()["id"].as_i64().unwrap()
+    };
+    let others = [
+        enqueue(ADMIN, "probe-admin"),
+        enqueue(ENQUEUER, "probe-shop"),
+    ];
+    let library = h
+        .task(tenax_storage::testing::TaskOpts {
+            task_no: Some("probe-library".into()),
+            command_type: "echo".into(),
+            ..Default::default()
+        })
+        .await
+        .id
+        .0;
+    let own = enqueue(TILL, "probe-till");
+    let unused = own + 1000;
+    let answer_of = |target: &str| {
+        let answer = call(&addr, "GET", target, Some(TILL), None);
+        (answer.status, answer.body)
+    };
+    for (id, no) in [
+        (others[0], "probe-admin"),
+        (others[1], "probe-shop"),
+        (library, "probe-library"),
+    ] {
+        for (target, missing) in [
+            (format!("/v1/tasks/{id}"), format!("/v1/tasks/{unused}")),
+            (
+                format!("/v1/tasks/{id}/attempts"),
+                format!("/v1/tasks/{unused}/attempts"),
+            ),
+            (
+                format!("/v1/tasks/{id}/wait?timeout_ms=10"),
+                format!("/v1/tasks/{unused}/wait?timeout_ms=10"),
+            ),
+            (
+                format!("/v1/tasks/by-no/{no}"),
+                "/v1/tasks/by-no/probe-unused".to_owned(),
+            ),
+        ] {
+            probes += 1;
+            let (status, body) = answer_of(&target);
+            let (missing_status, missing_body) = answer_of(&missing);
+            assert_eq!((status, missing_status), (404, 404), "{target}: {body}");
+            // Word for word a missing task's answer: no way to tell them apart.
+            let neutral = |text: &str| {
+                text.replace(&unused.to_string(), "ID")
+                    .replace(&id.to_string(), "ID")
+                    .replace(no, "NO")
+                    .replace("probe-unused", "NO")
+            };
+            assert_eq!(neutral(&body), neutral(&missing_body), "{target}");
+            assert!(!body.contains(SECRET), "{target}: {body}");
+        }
+        // Its number, repeated with the payload guessed right or wrong: one answer.
+        for payload in [json!({"password": SECRET}), json!({"password": "guess"})] {
+            probes += 1;
+            let answer = call(
+                &addr,
+                "POST",
+                "/v1/tasks",
+                Some(TILL),
+                Some(
+                    &json!({"command_type": "echo", "task_no": no, "payload": payload}).to_string(),
+                ),
+            );
+            assert_eq!(answer.status, 409, "{no}: {}", answer.body);
+            assert!(!answer.body.contains(SECRET), "{no}: {}", answer.body);
+            assert_eq!(
+                answer.json()["error"]["message"],
+                format!("task_no {no:?} already exists")
+            );
+        }
+    }
+    let mine = call(&addr, "GET", &format!("/v1/tasks/{own}"), Some(TILL), None);
+    assert_eq!(mine.status, 200, "{}", mine.body);
+    report(&format!(
+        "{probes} probes of others' tasks by an enqueue token, all answered as missing"
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn battery_huge_lists_stay_bounded_in_bytes_and_memory() {
+    let h = tenax_storage::testing::sqlite_file().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &h.url, &config(""), &["--no-workers"], &[]);
+    let addr = server.addr.clone();
+    // 40 tasks of a 1 MiB payload, the most a task may carry, stored directly.
+    let blob = "x".repeat(1024 * 1024 - 64);
+    for n in 0..40 {
+        h.task(tenax_storage::testing::TaskOpts {
+            command_type: "echo".into(),
+            payload: json!({"n": n, "blob": blob}).to_string(),
+            ..Default::default()
+        })
+        .await;
+    }
+    let warm = call(&addr, "GET", "/v1/tasks?limit=1", Some(READER), None);
+    assert_eq!(warm.status, 200, "{}", warm.body);
+    let before = memory_kib(server.pid(), "VmHWM");
+    // Eight readers at once, each asking for the largest page three times.
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                (0..3)
+                    .map(|_| call(&addr, "GET", "/v1/tasks?limit=500", Some(READER), None))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let answers: Vec<Answer> = readers
+        .into_iter()
+        .flat_map(|reader| reader.join().unwrap())
+        .collect();
+    let grown = memory_kib(server.pid(), "VmHWM").saturating_sub(before);
+    // Whole pages would be 40 MiB each, 320 MiB at once, and more while encoded. What
+    // is left is the readers' buffers and SQLite's page caches.
+    assert!(
+        grown < 64 * 1024,
+        "peak resident memory grew by {} MiB",
+        grown / 1024
+    );
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{:.300}", answer.body);
+        assert!(answer.body.len() < 64 * 1024, "{} bytes", answer.body.len());
+        let page = answer.json();
+        let tasks = page["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 40);
+        assert!(tasks
+            .iter()
+            .all(|t| t["payload_omitted"] == true && t["payload"].is_null()));
+    }
+    let answers = answers.len();
+    report(&format!(
+        "{answers} lists of 40 tasks of 1 MiB, 8 at once: each under 64 KiB, peak memory +{} MiB",
+        grown / 1024
+    ));
+}
+
 #[test]
 fn battery_sql_text_is_never_formatted_from_input() {
     // (file suffix, placeholder): why it is safe.
@@ -1977,11 +2154,14 @@ fn battery_sql_text_is_never_formatted_from_input() {
         ("mysql/mod.rs", "lock_wait_secs"),    // an integer from the configuration
         ("mysql/mod.rs", "name"),              // database name checked to [A-Za-z0-9_]
         ("mysql/mod.rs", "lock"),              // Lock::clause(), a constant
+        ("mysql/mod.rs", "columns"),           // list_columns: constants and an integer
         ("mysql/rates.rs", ""),                // marks(n): "?, ?, ..."
         ("mysql/schedules.rs", "lock"),        // Lock::clause(), a constant
         ("postgres/bulk.rs", "update"),        // constant UPDATE text
         ("postgres/insert.rs", "on_conflict"), // Existing::clause(), a constant
         ("postgres/mod.rs", "schema"),         // schema name checked to [a-z0-9_]
+        ("postgres/mod.rs", "columns"),        // list_columns: constants and an integer
+        ("sqlite/mod.rs", "columns"),          // list_columns: constants and an integer
         ("postgres/outcomes.rs", "status"),    // a CASE constant
         ("sqlite/outcomes.rs", "status"),      // a CASE constant
         ("sqlite/bench.rs", "status"),         // benchmark fillers (feature `bench`), constants

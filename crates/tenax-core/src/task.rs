@@ -379,6 +379,11 @@ pub struct TaskRecord {
     /// With a key: at most this many tasks of the key run at once (this one included).
     #[serde(default = "first_payload_version")]
     pub concurrency_limit: u32,
+    /// The name of the API token that enqueued the task through the HTTP API; `None`
+    /// for a task enqueued otherwise (the library, the CLI, a schedule, a
+    /// compensation) or by a server without tokens.
+    #[serde(default)]
+    pub created_by: Option<String>,
 }
 
 fn first_payload_version() -> u32 {

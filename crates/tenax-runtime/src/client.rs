@@ -95,6 +95,7 @@ impl Client {
                 concurrency_key: None,
                 concurrency_limit: 1,
                 callback_url: None,
+                created_by: None,
             }),
         }
     }
@@ -120,6 +121,7 @@ impl Client {
                 concurrency_key: None,
                 concurrency_limit: 1,
                 callback_url: None,
+                created_by: None,
             }),
         }
     }

@@ -73,6 +73,21 @@ pub struct Caller {
     pub role: Role,
 }
 
+impl Caller {
+    /// Whether this caller may read a task enqueued under `created_by`: admin and read
+    /// tokens read every task, an enqueue token only the tasks enqueued with a token of
+    /// its own name (not those of the library, the CLI or a server without tokens).
+    pub fn may_read(&self, created_by: Option<&str>) -> bool {
+        self.role != Role::Enqueue || created_by == Some(self.name.as_str())
+    }
+
+    /// The name a task this caller enqueues is stored under: its token's name, or
+    /// `None` on a server without tokens (whose callers are all `anonymous`).
+    pub(crate) fn enqueuer(&self, state: &AppState) -> Option<String> {
+        (!state.inner.tokens.is_empty()).then(|| self.name.clone())
+    }
+}
+
 /// The configured tokens, decoded once.
 #[derive(Debug, Clone)]
 pub(crate) struct Tokens {

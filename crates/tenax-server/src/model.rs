@@ -52,8 +52,13 @@ pub struct TaskView {
     pub parent_id: Option<i64>,
     /// Command type.
     pub command_type: String,
-    /// The context the handler receives.
+    /// The context the handler receives. In a list, `null` when longer than 16 KiB
+    /// (`payload_omitted`): read the task alone (`GET /v1/tasks/{id}`) for all of it.
     pub payload: Value,
+    /// `true` when this answer leaves the payload out (a list's bound on each value);
+    /// absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub payload_omitted: bool,
     /// The payload's shape version.
     pub payload_version: u32,
     /// Queue.
@@ -72,8 +77,13 @@ pub struct TaskView {
     pub timeout_ms: u64,
     /// The last attempt's error.
     pub last_error: Option<String>,
-    /// The handler's result, once succeeded.
+    /// The handler's result, once succeeded. In a list, `null` when longer than 16 KiB
+    /// (`result_omitted`).
     pub result: Option<Value>,
+    /// `true` when this answer leaves the result out (a list's bound on each value);
+    /// absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub result_omitted: bool,
     /// Compensation state of a dead task.
     pub compensation: Option<String>,
     /// Business key limiting how many such tasks run at once.
@@ -86,22 +96,62 @@ pub struct TaskView {
     pub started_at: Option<DateTime<Utc>>,
     /// Reached a final status (UTC).
     pub finished_at: Option<DateTime<Utc>>,
+    /// The name of the API token that enqueued it; `null` for a task enqueued
+    /// otherwise (the library, the CLI, a schedule) or by a server without tokens. An
+    /// `enqueue` token reads only the tasks enqueued under its own name.
+    #[serde(default)]
+    pub created_by: Option<String>,
 }
 
 fn parse_json_text(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
+/// Longest payload or result a list answer carries, in bytes: a longer one is left
+/// out (`payload_omitted`, `result_omitted`), for `GET /v1/tasks/{id}` to give whole.
+pub const LIST_VALUE_MAX_BYTES: u32 = 16 * 1024;
+
+/// Most bytes of tasks one list answer carries: a page stops before the task that would
+/// pass it (it always holds one), and its `next_cursor` continues from there.
+pub const LIST_PAGE_MAX_BYTES: usize = 4 * 1024 * 1024;
+
 impl TaskView {
-    /// The view of a stored task, secrets not yet removed.
+    /// The view of a task in a list: as [`TaskView::from_record`], with a payload or
+    /// result longer than [`LIST_VALUE_MAX_BYTES`] left out.
+    pub fn listed(task: &TaskRecord) -> Self {
+        let max = LIST_VALUE_MAX_BYTES as usize;
+        let mut view = Self::from_record(task);
+        if task.payload.len() > max {
+            view.payload = Value::Null;
+            view.payload_omitted = true;
+        }
+        if task.result.as_ref().is_some_and(|r| r.len() > max) {
+            view.result = None;
+            view.result_omitted = true;
+        }
+        view
+    }
+
+    /// The view of a stored task, secrets not yet removed. A value a list left out
+    /// (the empty string, see [`TaskListParams::value_max_bytes`]) is `null`, marked
+    /// omitted.
+    ///
+    /// [`TaskListParams::value_max_bytes`]: tenax::storage::TaskListParams::value_max_bytes
     pub fn from_record(task: &TaskRecord) -> Self {
+        let payload_omitted = task.payload.is_empty();
+        let result_omitted = task.result.as_deref() == Some("");
         Self {
             id: task.id.0,
             task_no: task.task_no.as_str().to_owned(),
             kind: task.kind.as_str().to_owned(),
             parent_id: task.parent_id.map(|p| p.0),
             command_type: task.command_type.clone(),
-            payload: parse_json_text(&task.payload),
+            payload: if payload_omitted {
+                Value::Null
+            } else {
+                parse_json_text(&task.payload)
+            },
+            payload_omitted,
             payload_version: task.payload_version,
             queue: task.queue.clone(),
             priority: task.priority.get(),
@@ -111,13 +161,19 @@ impl TaskView {
             run_at: task.run_at,
             timeout_ms: task.timeout_ms,
             last_error: task.last_error.clone(),
-            result: task.result.as_deref().map(parse_json_text),
+            result: task
+                .result
+                .as_deref()
+                .filter(|_| !result_omitted)
+                .map(parse_json_text),
+            result_omitted,
             compensation: task.compensation.map(|c| c.as_str().to_owned()),
             concurrency_key: task.concurrency_key.clone(),
             created_at: task.created_at,
             updated_at: task.updated_at,
             started_at: task.started_at,
             finished_at: task.finished_at,
+            created_by: task.created_by.clone(),
         }
     }
 }
@@ -286,9 +342,10 @@ pub struct BatchResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"tasks": [], "next_cursor": null}))]
 pub struct TaskPage {
-    /// The tasks.
+    /// The tasks: at most `limit`, and at most 4 MiB of them.
     pub tasks: Vec<TaskView>,
-    /// Pass as `cursor` for the next page; `null` on the last page.
+    /// Pass as `cursor` for the next page; `null` on the last page. A page cut by its
+    /// byte budget may hold fewer than `limit` tasks and still have one.
     pub next_cursor: Option<String>,
 }
 

@@ -11,7 +11,9 @@ use crate::routes::{admin, events, health, ops, tasks, workflows};
 pub enum Access {
     /// Anyone, without a token (probes and the OpenAPI document).
     Open,
-    /// Any valid token: the task reads that enqueuers need (get, attempts, wait).
+    /// Any valid token: the task reads that enqueuers need (get, attempts, wait). An
+    /// enqueue token reads only the tasks enqueued under its own name (another's is
+    /// answered 404, as a missing one).
     TaskRead,
     /// Tokens with role `read` or `admin`.
     Read,

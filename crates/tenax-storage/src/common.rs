@@ -38,6 +38,7 @@ pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<()> {
         return Err(InvalidInput::new("timeout", "must be positive").into());
     }
     validate_concurrency(params.concurrency_key.as_deref(), params.concurrency_limit)?;
+    validate_created_by(params.created_by.as_deref())?;
     match params.run_at {
         crate::RunAt::In(delay) if delay > MAX_DELAY => {
             return Err(InvalidInput::new("run_in", "must be at most 100 years").into());
@@ -353,6 +354,44 @@ pub(crate) fn room(max_running: u32, running: i64) -> u32 {
 pub const CONCURRENCY_KEY_MAX_BYTES: usize = 160;
 /// The highest concurrency limit of a key.
 pub const CONCURRENCY_LIMIT_MAX: u32 = 1000;
+
+/// The columns of a task list: a backend's task columns, with `payload` and `result`
+/// replaced by the empty string where longer than `max` bytes (see
+/// [`TaskListParams::value_max_bytes`](crate::TaskListParams::value_max_bytes)).
+/// `octet_length` is SQLite's (3.43+), PostgreSQL's and MariaDB's alike, and reads a
+/// value's stored size without its content. The bound is a number, never text.
+pub(crate) fn list_columns(columns: &str, max: Option<u32>) -> String {
+    let Some(max) = max else {
+        return columns.to_owned();
+    };
+    columns
+        .split(',')
+        .map(str::trim)
+        .map(|column| match column {
+            "payload" | "result" => format!(
+                "CASE WHEN octet_length({column}) > {max} THEN '' ELSE {column} END AS {column}"
+            ),
+            other => other.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Longest [`TaskInsertParams::created_by`] in bytes: a token's name is no longer.
+pub const CREATED_BY_MAX_BYTES: usize = 100;
+
+fn validate_created_by(name: Option<&str>) -> Result<()> {
+    match name {
+        Some(name) if name.is_empty() || name.len() > CREATED_BY_MAX_BYTES => {
+            Err(InvalidInput::new(
+                "created_by",
+                format!("must be 1 to {CREATED_BY_MAX_BYTES} bytes"),
+            )
+            .into())
+        }
+        _ => Ok(()),
+    }
+}
 
 fn validate_concurrency(key: Option<&str>, limit: u32) -> Result<()> {
     if let Some(key) = key {

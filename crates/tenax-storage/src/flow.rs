@@ -221,9 +221,9 @@ pub(crate) trait WorkflowTx: Send {
     ) -> impl Future<Output = Result<Option<TaskRecord>>> + Send;
 
     /// Insert the compensation task of `dead` under `task_no`, `pending` and due at
-    /// `now`, carrying `dead`'s command, payload, queue, priority, budget and error
-    /// (nothing when that number exists: the compensation of this death is there
-    /// already). PostgreSQL also notifies its queue.
+    /// `now`, carrying `dead`'s command, payload, queue, priority, budget, error and
+    /// `created_by` (nothing when that number exists: the compensation of this death
+    /// is there already). PostgreSQL also notifies its queue.
     fn insert_compensation(
         &mut self,
         dead: &TaskRecord,

@@ -57,7 +57,8 @@ pub use bulk::{
     AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
 };
 pub use common::{
-    CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, MAX_DELAY, NUL_REPLACEMENT, PAYLOAD_MAX_BYTES,
+    CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, CREATED_BY_MAX_BYTES, MAX_DELAY,
+    NUL_REPLACEMENT, PAYLOAD_MAX_BYTES,
 };
 pub use due::{DueCount, TaskDueCountParams};
 pub use error::{Result, StorageError};
@@ -330,7 +331,8 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Tasks that succeeded or died at or after `since`, the latest to finish first, at
     /// most `limit` (read through the index of finished tasks, however many the table
-    /// keeps). What a dashboard charts for the last hour.
+    /// keeps). What a dashboard charts for the last hour: payloads and results are
+    /// left out (the empty string, as [`TaskListParams::value_max_bytes`] describes).
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>>;
 
     /// Complete many tasks in one transaction, each exactly as

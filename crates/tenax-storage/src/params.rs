@@ -74,6 +74,10 @@ pub struct TaskInsertParams {
     /// [`CALLBACK_URL_MAX_BYTES`](crate::CALLBACK_URL_MAX_BYTES)); see [`crate::outbox`].
     /// Not part of the task's identity: a repeat of a `task_no` keeps the stored URL.
     pub callback_url: Option<String>,
+    /// The name of the API token enqueueing the task (at most
+    /// [`CREATED_BY_MAX_BYTES`](crate::CREATED_BY_MAX_BYTES), not empty), or `None`. Not
+    /// part of the task's identity: a repeat of a `task_no` keeps the stored name.
+    pub created_by: Option<String>,
 }
 
 /// What [`Storage::task_insert`](crate::Storage::task_insert) did.
@@ -105,6 +109,12 @@ pub struct TaskListParams {
     pub created_after: Option<DateTime<Utc>>,
     /// Only tasks created before this instant.
     pub created_before: Option<DateTime<Utc>>,
+    /// Leave out a payload or result longer than this many bytes: it is not read from
+    /// the database, and the record holds the empty string in its place (`payload`
+    /// `""`, `result` `Some("")`), which no stored value is (both are JSON). A list
+    /// answer can then be bounded without loading large values. `None`: every value
+    /// whole.
+    pub value_max_bytes: Option<u32>,
 }
 
 /// [`Storage::task_list_finished`](crate::Storage::task_list_finished).

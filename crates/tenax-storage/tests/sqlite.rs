@@ -100,6 +100,7 @@ async fn concurrent_writers_of_one_storage_queue_in_memory_not_on_the_busy_handl
                     concurrency_key: None,
                     concurrency_limit: 1,
                     callback_url: None,
+                    created_by: None,
                 })
                 .await
         })

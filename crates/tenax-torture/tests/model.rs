@@ -132,6 +132,7 @@ async fn run_ops(h: &Harness, prefix: &str, ops: &[Op]) -> Result<(), String> {
                         concurrency_key: None,
                         concurrency_limit: 1,
                         callback_url: None,
+                        created_by: None,
                     })
                     .await
                     .map_err(|e| ctx(&e.to_string()))?;

@@ -148,6 +148,7 @@ mod tests {
             finished_at: None,
             concurrency_key: None,
             concurrency_limit: 1,
+            created_by: None,
         }
     }
 

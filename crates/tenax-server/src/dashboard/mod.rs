@@ -299,6 +299,8 @@ pub(crate) async fn tasks(
         queue: given(&query.queue),
         before_id: query.before.map(TaskId),
         limit: PAGE,
+        // The list shows neither payloads nor results: they stay in the database.
+        value_max_bytes: Some(0),
         ..TaskListParams::default()
     };
     let found = state.db(state.storage().task_list(&params)).await?;
@@ -360,6 +362,8 @@ pub(crate) async fn dead(
     let list = |status| TaskListParams {
         status: Some(status),
         limit: PAGE,
+        // The lists show neither payloads nor results: they stay in the database.
+        value_max_bytes: Some(0),
         ..TaskListParams::default()
     };
     let dead = state
@@ -417,7 +421,7 @@ pub(crate) async fn workflow(
             (
                 t.key.clone(),
                 t.parents.clone(),
-                secrets::task(state.config(), TaskView::from_record(&t.task)),
+                secrets::task(state.config(), TaskView::listed(&t.task)),
             )
         })
         .collect();

@@ -277,6 +277,8 @@ pub(crate) fn insert_params(
         concurrency_key: req.concurrency_key,
         concurrency_limit: u32::try_from(concurrency_limit).unwrap_or(1),
         callback_url: req.callback_url,
+        // The enqueuing route names the caller.
+        created_by: None,
     })
 }
 
@@ -331,11 +333,49 @@ pub(crate) async fn check_pressure(
     .retry_after(1))
 }
 
-/// Enqueue one request: the task and whether it is new.
-async fn enqueue_one(state: &AppState, req: EnqueueRequest) -> Result<(bool, TaskView), ApiError> {
-    let params = insert_params(state, req)?;
+/// The answer to an enqueue token repeating the number of a task enqueued under
+/// another name: the same whether or not the type and payload match, so that the
+/// answer tells nothing of that task but that its number is taken.
+fn number_taken(task_no: &TaskNo) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "task_no_conflict",
+        format!("task_no {:?} already exists", task_no.as_str()),
+    )
+    .field("task_no")
+}
+
+/// Enqueue one request under the caller's name: the task and whether it is new.
+async fn enqueue_one(
+    state: &AppState,
+    caller: &Caller,
+    req: EnqueueRequest,
+) -> Result<(bool, TaskView), ApiError> {
+    let mut params = insert_params(state, req)?;
+    params.created_by = caller.enqueuer(state);
     check_pressure(state, &params).await?;
-    let inserted = state.db(state.storage().task_insert(&params)).await?;
+    let inserted = match state.db(state.storage().task_insert(&params)).await {
+        Ok(inserted) => inserted,
+        Err(e) if e.code == "task_no_conflict" => {
+            // Whether another's task has this type and payload is not the caller's to
+            // learn.
+            let existing = state
+                .db(state
+                    .storage()
+                    .task_get(&TaskRef::No(params.task_no.clone())))
+                .await?;
+            return Err(match existing {
+                Some(t) if !caller.may_read(t.created_by.as_deref()) => {
+                    number_taken(&params.task_no)
+                }
+                _ => e,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if !inserted.created && !caller.may_read(inserted.task.created_by.as_deref()) {
+        return Err(number_taken(&params.task_no));
+    }
     if inserted.created {
         state.inner.pending.bump(&params.queue);
     }
@@ -360,9 +400,10 @@ async fn enqueue_one(state: &AppState, req: EnqueueRequest) -> Result<(bool, Tas
     ))]
 pub(crate) async fn enqueue(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
-    let (created, task) = enqueue_one(&state, req).await?;
+    let (created, task) = enqueue_one(&state, &caller, req).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -380,6 +421,7 @@ pub(crate) async fn enqueue(
     ))]
 pub(crate) async fn enqueue_batch(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let max = state.config().batch_max;
@@ -392,7 +434,7 @@ pub(crate) async fn enqueue_batch(
     }
     let mut results = Vec::with_capacity(req.tasks.len());
     for (index, item) in req.tasks.into_iter().enumerate() {
-        results.push(match enqueue_one(&state, item).await {
+        results.push(match enqueue_one(&state, &caller, item).await {
             Ok((created, task)) => BatchItem {
                 index,
                 status: if created { 201 } else { 200 },
@@ -440,7 +482,9 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<TaskId, ApiError> {
     Ok(TaskId(id))
 }
 
-/// Tasks newest first, filtered, a page at a time.
+/// Tasks newest first, filtered, a page at a time. A page holds at most `limit` tasks
+/// and at most 4 MiB of them; a payload or result over 16 KiB is left out
+/// (`payload_omitted`, `result_omitted`): `GET /v1/tasks/{id}` gives it whole.
 #[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(ListQuery),
     security(("bearer" = [])),
     responses(
@@ -489,16 +533,52 @@ pub(crate) async fn list(
     let before_id = query.cursor.as_deref().map(decode_cursor).transpose()?;
     let params = list_params(&query, status, before_id, limit);
     let tasks = state.db(state.storage().task_list(&params)).await?;
-    let next_cursor = (tasks.len() == limit as usize)
-        .then(|| tasks.last().map(|t| encode_cursor(t.id.0)))
-        .flatten();
-    Ok(Json(TaskPage {
-        tasks: tasks
+    let (tasks, full) = bounded_page(
+        tasks
             .iter()
-            .map(|t| secrets::task(state.config(), TaskView::from_record(t)))
-            .collect(),
-        next_cursor,
-    }))
+            .map(|t| secrets::task(state.config(), TaskView::listed(t))),
+        LIST_PAGE_MAX_BYTES,
+    );
+    // More may follow when the page is full, by rows or by bytes.
+    let next_cursor = (full || tasks.len() == limit as usize)
+        .then(|| tasks.last().map(|t| encode_cursor(t.id)))
+        .flatten();
+    Ok(Json(TaskPage { tasks, next_cursor }))
+}
+
+/// Counts the bytes written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The tasks of a page, in order, up to `max` bytes of their JSON (at least one), and
+/// whether tasks were left for the next page by that bound.
+pub(crate) fn bounded_page(
+    tasks: impl Iterator<Item = TaskView>,
+    max: usize,
+) -> (Vec<TaskView>, bool) {
+    let mut page = Vec::new();
+    let mut bytes = 0usize;
+    for task in tasks {
+        let mut count = ByteCount(0);
+        // Writing into a counter cannot fail; a failure would only count short.
+        let _ = serde_json::to_writer(&mut count, &task);
+        bytes = bytes.saturating_add(count.0 + 1);
+        if bytes > max && !page.is_empty() {
+            return (page, true);
+        }
+        page.push(task);
+    }
+    (page, false)
 }
 
 fn list_params(
@@ -515,23 +595,32 @@ fn list_params(
         limit,
         created_after: query.created_after,
         created_before: query.created_before,
+        // Large values stay in the database: a page is bounded by bytes as well.
+        value_max_bytes: Some(LIST_VALUE_MAX_BYTES),
         ..TaskListParams::default()
     }
 }
 
-async fn find(state: &AppState, task: TaskRef) -> Result<TaskView, ApiError> {
-    let record = find_record(state, task).await?;
+/// A task the caller may read. Another's task is answered as a missing one, word for
+/// word, so that an enqueue token cannot tell the ids of others' tasks from unused ids.
+async fn find(state: &AppState, caller: &Caller, task: TaskRef) -> Result<TaskView, ApiError> {
+    let record = find_record(state, caller, task).await?;
     Ok(secrets::task(
         state.config(),
         TaskView::from_record(&record),
     ))
 }
 
-async fn find_record(state: &AppState, task: TaskRef) -> Result<TaskRecord, ApiError> {
+/// [`find`], the stored record.
+async fn find_record(
+    state: &AppState,
+    caller: &Caller,
+    task: TaskRef,
+) -> Result<TaskRecord, ApiError> {
     let shown = task.to_string();
     match state.db(state.storage().task_get(&task)).await? {
-        Some(t) => Ok(t),
-        None => Err(ApiError::new(
+        Some(t) if caller.may_read(t.created_by.as_deref()) => Ok(t),
+        _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "task_not_found",
             format!("task {shown} not found"),
@@ -545,13 +634,14 @@ async fn find_record(state: &AppState, task: TaskRef) -> Result<TaskRecord, ApiE
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The task", body = TaskView),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn get_by_id(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<TaskView>, ApiError> {
-    Ok(Json(find(&state, TaskRef::Id(TaskId(id))).await?))
+    Ok(Json(find(&state, &caller, TaskRef::Id(TaskId(id))).await?))
 }
 
 /// A task by its business number.
@@ -560,14 +650,15 @@ pub(crate) async fn get_by_id(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The task", body = TaskView),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn get_by_no(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(task_no): ApiPath<String>,
 ) -> Result<Json<TaskView>, ApiError> {
     let no = TaskNo::new(task_no)?;
-    Ok(Json(find(&state, TaskRef::No(no)).await?))
+    Ok(Json(find(&state, &caller, TaskRef::No(no)).await?))
 }
 
 /// A task's attempts, oldest first (the last 20).
@@ -576,13 +667,14 @@ pub(crate) async fn get_by_no(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Attempts", body = Vec<AttemptView>),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn attempts(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<Vec<AttemptView>>, ApiError> {
-    let task = find_record(&state, TaskRef::Id(TaskId(id))).await?;
+    let task = find_record(&state, &caller, TaskRef::Id(TaskId(id))).await?;
     let attempts = state.db(state.storage().task_attempts(TaskId(id))).await?;
     let masker = secrets::masker(state.config(), &task);
     Ok(Json(secrets::attempts(&masker, &attempts)))
@@ -595,10 +687,11 @@ pub(crate) async fn attempts(
     responses(
         (status = 200, description = "The task reached a final status", body = WaitResponse),
         (status = 202, description = "The wait timed out; the task as it stands (finished = false)", body = WaitResponse),
-        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn wait(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
     ApiQuery(query): ApiQuery<WaitQuery>,
 ) -> Result<(StatusCode, Json<WaitResponse>), ApiError> {
@@ -609,7 +702,7 @@ pub(crate) async fn wait(
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pause = Duration::from_millis(20);
     loop {
-        let task = find(&state, TaskRef::Id(TaskId(id))).await?;
+        let task = find(&state, &caller, TaskRef::Id(TaskId(id))).await?;
         let finished = task
             .status
             .parse::<TaskStatus>()

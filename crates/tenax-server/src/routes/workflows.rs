@@ -2,12 +2,13 @@
 //! show one with its tasks and their parents.
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use tenax::storage::{
     WorkflowDetail, WorkflowInsertParams, WorkflowKind, WorkflowListParams, WorkflowPolicy,
     WorkflowRecord, WorkflowTaskParams,
 };
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::model::*;
@@ -49,7 +50,8 @@ fn detail_view(state: &AppState, d: &WorkflowDetail) -> WorkflowDetailView {
             .map(|t| WorkflowTaskView {
                 key: t.key.clone(),
                 parents: t.parents.clone(),
-                task: secrets::task(state.config(), TaskView::from_record(&t.task)),
+                // Bounded as a list's tasks are: each large value is left out.
+                task: secrets::task(state.config(), TaskView::listed(&t.task)),
             })
             .collect(),
     }
@@ -67,6 +69,7 @@ fn detail_view(state: &AppState, d: &WorkflowDetail) -> WorkflowDetailView {
     ))]
 pub(crate) async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<WorkflowRequest>,
 ) -> Result<(StatusCode, Json<WorkflowDetailView>), ApiError> {
     let kind = match req.kind.as_deref().unwrap_or("dag") {
@@ -115,8 +118,9 @@ pub(crate) async fn create(
         };
         previous = Some(item.key.clone());
         // The enqueue body sits under `task` in each item.
-        let task = insert_params(&state, item.task)
+        let mut task = insert_params(&state, item.task)
             .map_err(|e| e.within("task").at(&format!("tasks[{index}]")))?;
+        task.created_by = caller.enqueuer(&state);
         check_pressure(&state, &task).await?;
         tasks.push(WorkflowTaskParams {
             key: item.key,
@@ -180,15 +184,25 @@ pub(crate) async fn list(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The workflow", body = WorkflowDetailView),
-        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 404, description = "No such workflow, or another's workflow to an enqueue token (the same answer)", body = ErrorBody),
     ))]
 pub(crate) async fn get(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<WorkflowDetailView>, ApiError> {
+    // An enqueue token reads a workflow whose every task it enqueued; another's is
+    // answered as a missing one, word for word.
     match state.db(state.storage().workflow_get(id)).await? {
-        Some(detail) => Ok(Json(detail_view(&state, &detail))),
-        None => Err(ApiError::new(
+        Some(detail)
+            if detail
+                .tasks
+                .iter()
+                .all(|t| caller.may_read(t.task.created_by.as_deref())) =>
+        {
+            Ok(Json(detail_view(&state, &detail)))
+        }
+        _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "workflow_not_found",
             format!("workflow {id} not found"),

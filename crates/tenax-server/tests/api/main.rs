@@ -12,6 +12,7 @@
 )]
 
 mod auth;
+mod bounded;
 mod dashboard;
 mod events;
 mod hostile;

@@ -20,7 +20,7 @@ use crate::params::{
     RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
 };
 
-/// Rows per statement: 16 bound values each, well under the 65,535 placeholders.
+/// Rows per statement: 19 bound values each, well under the 65,535 placeholders.
 const CHUNK: usize = 1_000;
 
 /// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
@@ -64,6 +64,7 @@ fn push_row(qb: &mut QueryBuilder<'_, MySql>, (task, workflow): &Row<'_>, now: D
         .push_bind(workflow.as_ref().map(|w| w.1.clone()))
         .push_bind(workflow.as_ref().map_or(0, |w| w.2))
         .push_bind(task.callback_url.clone())
+        .push_bind(task.created_by.clone())
         .push_unseparated(")");
 }
 
@@ -77,7 +78,7 @@ async fn insert_rows(
         "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
              priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
              concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents,
-             callback_url)
+             callback_url, created_by)
          VALUES ",
     );
     for (i, task) in tasks.iter().enumerate() {

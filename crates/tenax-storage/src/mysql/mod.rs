@@ -641,8 +641,8 @@ impl Storage for MySqlStorage {
     }
 
     async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
-        let mut qb =
-            QueryBuilder::new(format!("SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE TRUE"));
+        let columns = crate::common::list_columns(TASK_COLUMNS, params.value_max_bytes);
+        let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM tenax_tasks WHERE TRUE"));
         if let Some(status) = params.status {
             qb.push(" AND status = ").push_bind(status.as_str());
         }
@@ -901,8 +901,10 @@ impl Storage for MySqlStorage {
 
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
         // A range of the (status, finished_at) index per status.
+        // Only times and statuses are charted: payloads and results stay in the database.
+        let columns = crate::common::list_columns(TASK_COLUMNS, Some(0));
         let rows = sqlx::query(&format!(
-            "SELECT {TASK_COLUMNS} FROM tenax_tasks
+            "SELECT {columns} FROM tenax_tasks
              WHERE status IN ('succeeded', 'dead') AND finished_at >= ?
              ORDER BY finished_at DESC
              LIMIT ?"

@@ -19,7 +19,7 @@ pub(super) const TASK_COLUMNS: &str =
     "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
      priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
      timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
-     concurrency_key, concurrency_limit";
+     concurrency_key, concurrency_limit, created_by";
 
 fn utf8(bytes: Vec<u8>, column: &str) -> Result<String> {
     String::from_utf8(bytes).map_err(|_| StorageError::Corrupt(format!("{column} is not UTF-8")))
@@ -85,6 +85,7 @@ pub(super) fn task_from_row(row: &MySqlRow) -> Result<TaskRecord> {
         finished_at: get_opt_time("finished_at")?,
         concurrency_key: opt_text(row, "concurrency_key")?,
         concurrency_limit: u32_of(get_i64("concurrency_limit")?, "concurrency_limit")?,
+        created_by: opt_text(row, "created_by")?,
     })
 }
 

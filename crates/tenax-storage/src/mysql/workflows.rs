@@ -255,8 +255,8 @@ impl WorkflowTx for MySqlConnection {
         sqlx::query(
             "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
                  queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
-                 updated_at)
-             VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+                 updated_at, created_by)
+             VALUES (?, 'compensate', ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
              ON DUPLICATE KEY UPDATE id = id",
         )
         .bind(task_no)
@@ -272,6 +272,7 @@ impl WorkflowTx for MySqlConnection {
         .bind(&dead.last_error)
         .bind(now)
         .bind(now)
+        .bind(&dead.created_by)
         .execute(&mut *self)
         .await
         .map_err(map_err)?;

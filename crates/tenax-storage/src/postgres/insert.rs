@@ -106,6 +106,7 @@ pub(super) async fn insert_many(
         let mut key = Vec::with_capacity(chunk.len());
         let mut key_limit = Vec::with_capacity(chunk.len());
         let mut callback_url = Vec::with_capacity(chunk.len());
+        let mut created_by = Vec::with_capacity(chunk.len());
         for task in chunk {
             let (at, delay) = match task.run_at {
                 RunAt::Now => (None, 0),
@@ -125,6 +126,7 @@ pub(super) async fn insert_many(
             key.push(task.concurrency_key.as_deref());
             key_limit.push(i32::try_from(task.concurrency_limit).unwrap_or(i32::MAX));
             callback_url.push(task.callback_url.as_deref());
+            created_by.push(task.created_by.as_deref());
         }
         // Ids follow the order given (ORDER BY the ordinality). The statement also
         // sends one `NOTIFY` per queue that got a task, delivered at the commit: due
@@ -147,7 +149,7 @@ pub(super) async fn insert_many(
                  INSERT INTO tenax_tasks (task_no, kind, command_type, payload, queue, priority,
                      status, max_attempts, run_at, timeout_ms, created_at, updated_at,
                      payload_version, concurrency_key, concurrency_limit, workflow_id,
-                     workflow_key, waiting_parents, callback_url, events)
+                     workflow_key, waiting_parents, callback_url, created_by, events)
                  SELECT t.task_no, 'execute', t.command_type, t.payload, t.queue, t.priority,
                         CASE WHEN COALESCE(w.waiting, 0) > 0 THEN 'blocked' ELSE 'pending' END,
                         t.max_attempts,
@@ -157,6 +159,7 @@ pub(super) async fn insert_many(
                         COALESCE($1::timestamptz, now()),
                         t.payload_version, t.concurrency_key, t.concurrency_limit,
                         $14::bigint, w.key, COALESCE(w.waiting, 0), t.callback_url,
+                        t.created_by,
                         (t.queue, t.command_type) IN (SELECT queue, command_type
                                                       FROM tenax_event_rules)
                         OR t.queue IN (SELECT queue FROM tenax_event_rules
@@ -167,11 +170,11 @@ pub(super) async fn insert_many(
                                    WHERE queue = '' AND command_type = '')
                  FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int2[],
                              $7::int4[], $8::timestamptz[], $9::float8[], $10::int8[],
-                             $11::int4[], $12::text[], $13::int4[], $17::text[])
+                             $11::int4[], $12::text[], $13::int4[], $17::text[], $19::text[])
                       WITH ORDINALITY AS t(task_no, command_type, payload, queue, priority,
                                            max_attempts, run_at, delay_ms, timeout_ms,
                                            payload_version, concurrency_key,
-                                           concurrency_limit, callback_url, n)
+                                           concurrency_limit, callback_url, created_by, n)
                  LEFT JOIN UNNEST($15::text[], $16::int4[]) WITH ORDINALITY AS w(key, waiting, n)
                         ON w.n = t.n
                  ORDER BY t.n
@@ -203,6 +206,7 @@ pub(super) async fn insert_many(
             .bind(waiting)
             .bind(&callback_url)
             .bind(WAKE_CHANNEL)
+            .bind(&created_by)
             .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;
@@ -353,6 +357,7 @@ fn created_record(
         finished_at: None,
         concurrency_key: sent.concurrency_key.clone(),
         concurrency_limit: sent.concurrency_limit,
+        created_by: sent.created_by.clone(),
     }
 }
 

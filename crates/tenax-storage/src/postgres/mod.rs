@@ -484,8 +484,9 @@ impl Storage for PgStorage {
 
     async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
         self.timed(async {
+            let columns = crate::common::list_columns(TASK_COLUMNS, params.value_max_bytes);
             let rows = sqlx::query(&format!(
-                "SELECT {TASK_COLUMNS} FROM tenax_tasks
+                "SELECT {columns} FROM tenax_tasks
                  WHERE ($1::text IS NULL OR status = $1)
                    AND ($2::text IS NULL OR command_type = $2)
                    AND ($3::text IS NULL OR queue = $3)
@@ -684,8 +685,10 @@ impl Storage for PgStorage {
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
         self.timed(async {
             // The status list repeats the finished-task index's condition.
+            // Only times and statuses are charted: payloads and results stay in the database.
+            let columns = crate::common::list_columns(TASK_COLUMNS, Some(0));
             let rows = sqlx::query(&format!(
-                "SELECT {TASK_COLUMNS} FROM tenax_tasks
+                "SELECT {columns} FROM tenax_tasks
                  WHERE status IN ('succeeded', 'dead', 'cancelled') AND status <> 'cancelled'
                    AND finished_at >= $1
                  ORDER BY finished_at DESC

@@ -14,7 +14,7 @@ pub(super) const TASK_COLUMNS: &str =
     "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
      priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
      timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
-     concurrency_key, concurrency_limit";
+     concurrency_key, concurrency_limit, created_by";
 
 fn u32_of(value: i32, column: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| StorageError::Corrupt(format!("{column} = {value}")))
@@ -74,6 +74,7 @@ pub(super) fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
             row.try_get("concurrency_limit").map_err(map_err)?,
             "concurrency_limit",
         )?,
+        created_by: row.try_get("created_by").map_err(map_err)?,
     })
 }
 

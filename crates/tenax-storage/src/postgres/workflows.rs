@@ -247,9 +247,9 @@ impl WorkflowTx for PgConnection {
         sqlx::query(&format!(
             "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, queue, priority,
                  status, max_attempts, run_at, timeout_ms, last_error, created_at, updated_at,
-                 payload_version)
+                 payload_version, created_by)
              VALUES ($2, 'compensate', $3, $4, $5, $6, $7, 'pending', $8, {NOW}, $9, $10, {NOW}, {NOW},
-                     $11)
+                     $11, $12)
              ON CONFLICT (task_no) DO NOTHING"
         ))
         .bind(now)
@@ -263,6 +263,7 @@ impl WorkflowTx for PgConnection {
         .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
         .bind(&dead.last_error)
         .bind(i32::try_from(dead.payload_version).unwrap_or(i32::MAX))
+        .bind(&dead.created_by)
         .execute(&mut *self)
         .await
         .map_err(map_err)?;

@@ -14,7 +14,7 @@ use crate::params::{
     RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
 };
 
-/// Rows per statement: 19 bound values each, well under SQLite's 32,766 variables.
+/// Rows per statement: 20 bound values each, well under SQLite's 32,766 variables.
 const CHUNK: usize = 500;
 
 /// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
@@ -47,7 +47,7 @@ pub(super) async fn insert_many(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,
                  priority, status, max_attempts, run_at, timeout_ms, created_at, updated_at,
                  concurrency_key, concurrency_limit, workflow_id, workflow_key, waiting_parents,
-                 callback_url) ",
+                 callback_url, created_by) ",
         );
         qb.push_values(chunk.iter().enumerate(), |mut row, (i, task)| {
             let (workflow_id, key, waiting) = match workflow {
@@ -80,7 +80,8 @@ pub(super) async fn insert_many(
                 .push_bind(workflow_id)
                 .push_bind(key)
                 .push_bind(waiting)
-                .push_bind(task.callback_url.as_deref());
+                .push_bind(task.callback_url.as_deref())
+                .push_bind(task.created_by.as_deref());
         });
         qb.push(format!(
             " ON CONFLICT (task_no) DO NOTHING RETURNING {TASK_COLUMNS}"

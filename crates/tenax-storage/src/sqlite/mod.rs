@@ -330,8 +330,9 @@ impl Storage for SqliteStorage {
     }
 
     async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
+        let columns = crate::common::list_columns(TASK_COLUMNS, params.value_max_bytes);
         let rows = sqlx::query(&format!(
-            "SELECT {TASK_COLUMNS} FROM tenax_tasks
+            "SELECT {columns} FROM tenax_tasks
              WHERE (?1 IS NULL OR status = ?1)
                AND (?2 IS NULL OR command_type = ?2)
                AND (?3 IS NULL OR queue = ?3)
@@ -599,8 +600,10 @@ impl Storage for SqliteStorage {
 
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
         // The status list repeats the finished-task index's condition, so SQLite uses it.
+        // Only times and statuses are charted: payloads and results stay in the database.
+        let columns = crate::common::list_columns(TASK_COLUMNS, Some(0));
         let rows = sqlx::query(&format!(
-            "SELECT {TASK_COLUMNS} FROM tenax_tasks
+            "SELECT {columns} FROM tenax_tasks
              WHERE status IN ('succeeded', 'dead', 'cancelled') AND status <> 'cancelled'
                AND finished_at >= ?
              ORDER BY finished_at DESC

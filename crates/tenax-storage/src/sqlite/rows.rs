@@ -15,7 +15,7 @@ pub(super) const TASK_COLUMNS: &str =
     "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
      priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
      timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
-     concurrency_key, concurrency_limit";
+     concurrency_key, concurrency_limit, created_by";
 
 pub(super) fn ms(value: i64) -> Result<DateTime<Utc>> {
     DateTime::from_timestamp_millis(value)
@@ -75,6 +75,7 @@ pub(super) fn task_from_row(row: &SqliteRow) -> Result<TaskRecord> {
         finished_at: opt_ms(get_opt_i64("finished_at")?)?,
         concurrency_key: row.try_get("concurrency_key").map_err(map_err)?,
         concurrency_limit: u32_of(get_i64("concurrency_limit")?, "concurrency_limit")?,
+        created_by: get_opt_str("created_by")?,
     })
 }
 

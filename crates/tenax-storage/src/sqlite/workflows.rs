@@ -207,8 +207,8 @@ impl WorkflowTx for SqliteConnection {
         sqlx::query(
             "INSERT INTO tenax_tasks (task_no, kind, parent_id, command_type, payload, payload_version,
                  queue, priority, status, max_attempts, run_at, timeout_ms, last_error, created_at,
-                 updated_at)
-             VALUES (?1, 'compensate', ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10, ?11, ?9, ?9)
+                 updated_at, created_by)
+             VALUES (?1, 'compensate', ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10, ?11, ?9, ?9, ?12)
              ON CONFLICT (task_no) DO NOTHING",
         )
         .bind(task_no)
@@ -222,6 +222,7 @@ impl WorkflowTx for SqliteConnection {
         .bind(now.timestamp_millis())
         .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
         .bind(&dead.last_error)
+        .bind(&dead.created_by)
         .execute(&mut *self)
         .await
         .map_err(map_err)?;

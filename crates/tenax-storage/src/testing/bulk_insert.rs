@@ -24,6 +24,7 @@ pub fn numbered(no: &str, i: usize) -> TaskInsertParams {
         concurrency_key: None,
         concurrency_limit: 1,
         callback_url: None,
+        created_by: None,
     }
 }
 
@@ -161,6 +162,7 @@ pub async fn the_record_an_insert_answers_is_the_stored_record(h: &Harness) {
     odd.concurrency_key = Some("account-1".to_owned());
     odd.concurrency_limit = 3;
     odd.callback_url = Some("https://example.com/hook".to_owned());
+    odd.created_by = Some("shop".to_owned());
     let mut later = numbered("odd-1", 1);
     later.run_at = RunAt::At(at);
     later.queue = "emails".to_owned();

@@ -182,6 +182,7 @@ pub struct TaskOpts {
     pub concurrency_key: Option<String>,
     pub concurrency_limit: u32,
     pub callback_url: Option<String>,
+    pub created_by: Option<String>,
 }
 
 impl TaskOpts {
@@ -207,6 +208,7 @@ impl TaskOpts {
             concurrency_key: self.concurrency_key.clone(),
             concurrency_limit: self.concurrency_limit,
             callback_url: self.callback_url.clone(),
+            created_by: self.created_by.clone(),
         }
     }
 }
@@ -226,6 +228,7 @@ impl Default for TaskOpts {
             concurrency_key: None,
             concurrency_limit: 1,
             callback_url: None,
+            created_by: None,
         }
     }
 }
@@ -339,6 +342,8 @@ macro_rules! conformance_tests {
                 pruning_removes_a_delivered_prefix_and_records_it,
                 invalid_event_inputs_are_refused_and_change_nothing,
                 a_nul_in_an_outcome_is_stored_escaped_and_the_task_ends,
+                the_enqueuers_name_is_stored_kept_and_carried_to_the_compensation,
+                a_list_can_leave_large_values_out,
             );
         }
     };

@@ -1,0 +1,8 @@
+-- Tenax schema, version 14: who enqueued each task through the HTTP API, the name of
+-- the token it presented. An enqueue token reads back only the tasks enqueued under
+-- its own name. NULL for a task enqueued by the library, the CLI, a schedule, a
+-- compensation, or a server without tokens: no enqueue token reads those. Additive: a
+-- node of the previous version never reads or writes the column, and its inserts
+-- leave it NULL. Added in place without copying the table (instant ADD COLUMN:
+-- MariaDB 10.4+, MySQL 8.0.29+). At most 100 bytes: a token's name is no longer.
+ALTER TABLE tenax_tasks ADD COLUMN created_by VARCHAR(100) NULL;
