@@ -115,6 +115,11 @@ pub struct EventRecord {
     pub occurred_at: DateTime<Utc>,
 }
 
+/// Largest `task.result` an event carries, in bytes: a longer one is left out (`null`,
+/// with `task.result_omitted: true`) and read whole with the task. It keeps a stream
+/// page and a relayed message bounded whatever a handler returns.
+pub const EVENT_RESULT_MAX_BYTES: usize = 16 * 1024;
+
 /// The schema name and version every published event carries in `schema`. A change
 /// that removes or redefines a field makes a new version; new fields may be added
 /// within a version.
@@ -136,12 +141,23 @@ impl EventRecord {
     /// position; `task.result` (the handler's JSON result, as text) is set on
     /// `succeeded` only.
     ///
-    /// The result's secret fields (`secrets`) are masked. Literal copies of secret
+    /// A result longer than [`EVENT_RESULT_MAX_BYTES`] is left out: `null`, with
+    /// `"result_omitted": true` beside it (the field is absent otherwise). The result's
+    /// secret fields (`secrets`) are masked. Literal copies of secret
     /// values in the result and the error were masked before they were stored, by the
     /// worker that wrote them ([`tenax_core::secrets`]).
     pub fn envelope(&self, secrets: &Secrets) -> serde_json::Value {
         let mut task = serde_json::from_str::<serde_json::Value>(&self.task)
             .unwrap_or_else(|_| serde_json::Value::String(self.task.clone()));
+        if let Some(result) = task.get_mut("result") {
+            if result
+                .as_str()
+                .is_some_and(|r| r.len() > EVENT_RESULT_MAX_BYTES)
+            {
+                *result = serde_json::Value::Null;
+                task["result_omitted"] = serde_json::Value::Bool(true);
+            }
+        }
         if secrets.covers(&self.command_type) {
             let masker = secrets.masker(&self.command_type, "{}");
             if let Some(serde_json::Value::String(result)) = task.get_mut("result") {
@@ -411,4 +427,47 @@ pub(crate) fn prune_bound(head: i64, relays: &[String], delivered: &[i64]) -> i6
         return 0;
     }
     delivered.iter().copied().fold(head, i64::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(command_type: &str, result: &str) -> EventRecord {
+        EventRecord {
+            id: 1,
+            event_id: "e1".into(),
+            seq: Some(1),
+            event: EventKind::Succeeded,
+            task_id: TaskId(7),
+            queue: "default".into(),
+            command_type: command_type.into(),
+            status: "succeeded".into(),
+            task: serde_json::json!({"id": 7, "result": result, "error": null}).to_string(),
+            occurred_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn a_large_result_is_left_out_of_the_envelope_and_said_so() {
+        let none = Secrets::default();
+        let small = record("t", r#"{"ok":true}"#).envelope(&none);
+        assert_eq!(small["task"]["result"], r#"{"ok":true}"#);
+        assert!(small["task"].get("result_omitted").is_none());
+        let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(EVENT_RESULT_MAX_BYTES));
+        let large = record("t", &big).envelope(&none);
+        assert!(large["task"]["result"].is_null());
+        assert_eq!(large["task"]["result_omitted"], true);
+        assert!(large.to_string().len() < 1024);
+    }
+
+    #[test]
+    fn the_results_secret_fields_are_masked_in_the_envelope() {
+        let secrets = Secrets::new([("pay", ["card.number"])]).unwrap();
+        let result = r#"{"card":{"number":"4111111111111111"}}"#;
+        let shown = record("pay", result).envelope(&secrets).to_string();
+        assert!(!shown.contains("4111111111111111"), "{shown}");
+        let other = record("other", result).envelope(&secrets).to_string();
+        assert!(other.contains("4111111111111111"), "{other}");
+    }
 }

@@ -65,7 +65,7 @@ pub use error::{Result, StorageError};
 pub use events::{
     EventCursorParams, EventKind, EventLease, EventLeaseParams, EventListParams, EventPage,
     EventPruneParams, EventRecord, EventRule, EventRuleParams, EventSequenceParams,
-    EVENT_BATCH_MAX, EVENT_SCHEMA, SEQUENCER_LEASE,
+    EVENT_BATCH_MAX, EVENT_RESULT_MAX_BYTES, EVENT_SCHEMA, SEQUENCER_LEASE,
 };
 pub use outbox::{
     OutboxClaim, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxPruneParams,
