@@ -1490,6 +1490,7 @@ async fn battery_secret_fields_never_leave_the_database() {
         &h.url,
         &config(&format!(
             "[exec]\n[exec.allow]\nsh = \"/bin/sh\"\n\
+             [secrets]\nexec = [\"args[]\"]\n\
              [alerts]\nwebhook_url = \"http://{hook}/alerts\"\ndeath_window = \"100ms\"\npoll_interval = \"100ms\"\n"
         )),
         &["--poll-interval", "50ms", "--metrics-addr", &metrics],
@@ -1497,12 +1498,12 @@ async fn battery_secret_fields_never_leave_the_database() {
     );
     let addr = server.addr.clone();
     let mut requests = 0;
-    // One that succeeds and echoes its payload, one that dies with the secret in its
-    // payload, and one whose secret sits in a nested field.
+    // One that succeeds and echoes its payload (a secret field at the top and one
+    // nested), and one that dies printing its secret argument.
     let ok = call(&addr, "POST", "/v1/tasks", Some(ENQUEUER), Some(&json!({"command_type": "echo", "payload": {"password": SECRET, "card": {"number": SECRET}}}).to_string()));
     assert_eq!(ok.status, 201, "{}", ok.body);
     assert!(!ok.body.contains(SECRET), "{}", ok.body);
-    let dies = call(&addr, "POST", "/v1/tasks", Some(ENQUEUER), Some(&json!({"command_type": "exec", "max_attempts": 1, "payload": {"program": "sh", "args": ["-c", "exit 3"], "password": SECRET}}).to_string()));
+    let dies = call(&addr, "POST", "/v1/tasks", Some(ENQUEUER), Some(&json!({"command_type": "exec", "max_attempts": 1, "payload": {"program": "sh", "args": ["-c", "echo \"$1\"; exit 3", "sh", SECRET]}}).to_string()));
     assert_eq!(dies.status, 201, "{}", dies.body);
     assert!(!dies.body.contains(SECRET), "{}", dies.body);
     requests += 2;
