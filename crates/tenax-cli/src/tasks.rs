@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use comfy_table::Table;
 use tenax::storage::TaskListParams;
-use tenax::{Client, TaskRecord, TaskStatus};
+use tenax::{Client, CommandDefaults, TaskRecord, TaskStatus};
 
 use crate::{parse_duration, TaskSelector};
 
@@ -20,17 +20,17 @@ pub(crate) struct EnqueueArgs {
     #[arg(long = "no", value_name = "TASK_NO")]
     task_no: Option<String>,
     /// Queue.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = CommandDefaults::STANDARD.queue)]
     queue: String,
     /// Priority 0-9 (9 most urgent).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = CommandDefaults::STANDARD.priority)]
     priority: u8,
     /// Attempt budget.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = CommandDefaults::STANDARD.max_attempts)]
     max_attempts: u32,
-    /// Per-attempt timeout.
-    #[arg(long, value_parser = parse_duration, default_value = "30m")]
-    timeout: Duration,
+    /// Per-attempt timeout [default: 30m, `CommandDefaults::STANDARD`].
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
     /// Run no sooner than this delay from now (for example 30s).
     #[arg(long, value_parser = parse_duration)]
     run_in: Option<Duration>,
@@ -95,7 +95,7 @@ pub(crate) async fn enqueue(client: &Client, args: EnqueueArgs) -> anyhow::Resul
         .queue(args.queue)
         .priority(args.priority)
         .max_attempts(args.max_attempts)
-        .timeout(args.timeout)
+        .timeout(args.timeout.unwrap_or(CommandDefaults::STANDARD.timeout))
         .payload_version(args.payload_version);
     if let Some(no) = args.task_no {
         enqueue = enqueue.task_no(no);

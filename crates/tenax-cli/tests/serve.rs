@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ENQUEUE_TOKEN: &str = "tnx_test_enqueue_token";
+const ADMIN_TOKEN: &str = "tnx_test_admin_token";
 const READ_TOKEN: &str = "tnx_test_read_token";
 
 fn sha256_hex(token: &str) -> String {
@@ -51,9 +52,11 @@ fn start(dir: &Path) -> Server {
             "[server]\ncommand_types = [\"echo\"]\n\
              [[server.tokens]]\nname = \"examples\"\nrole = \"enqueue\"\nsha256 = \"{}\"\n\
              [[server.tokens]]\nname = \"dashboard\"\nrole = \"read\"\nsha256 = \"{}\"\n\
+             [[server.tokens]]\nname = \"ops\"\nrole = \"admin\"\nsha256 = \"{}\"\n\
              [server.secrets]\necho = [\"password\"]\n",
             sha256_hex(ENQUEUE_TOKEN),
-            tenax_server::hash_token(READ_TOKEN)
+            tenax_server::hash_token(READ_TOKEN),
+            tenax_server::hash_token(ADMIN_TOKEN)
         ),
     )
     .unwrap();
@@ -261,5 +264,104 @@ fn config_check_names_the_bad_server_key() {
         assert!(!bad.status.success(), "{text} was accepted");
         let err = String::from_utf8_lossy(&bad.stderr);
         assert!(err.contains(expected), "{text}: {err}");
+    }
+}
+
+/// One command type enqueued by every way in (the library's `enqueue_raw`, the HTTP
+/// API, `tenax enqueue` and a schedule created over HTTP) gets the same stored
+/// defaults, those of the one table, `CommandDefaults::STANDARD`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_in_stores_the_same_task_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let url = format!("sqlite://{}", dir.path().join("tenax.db").display());
+    let client = tenax::Client::connect(&url).await.unwrap();
+    let library = client
+        .enqueue_raw("echo", &serde_json::json!({}))
+        .await
+        .unwrap()
+        .task
+        .id;
+    let (status, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/tasks",
+        Some(ENQUEUE_TOKEN),
+        r#"{"command_type": "echo"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let api: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["--database-url", &url, "enqueue", "echo"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/schedules",
+        Some(ADMIN_TOKEN),
+        r#"{"name": "defaults", "command_type": "echo", "every_secs": 1}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let tasks = loop {
+        let tasks = client
+            .list(&tenax::storage::TaskListParams {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if tasks
+            .iter()
+            .any(|t| t.task_no.as_str().starts_with("sched:defaults:"))
+        {
+            break tasks;
+        }
+        assert!(Instant::now() < deadline, "the schedule fired no tick");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let d = tenax::CommandDefaults::STANDARD;
+    let want = (
+        d.queue.to_owned(),
+        d.priority,
+        d.max_attempts,
+        u64::try_from(d.timeout.as_millis()).unwrap(),
+    );
+    let ways = [
+        ("the library", tasks.iter().find(|t| t.id == library)),
+        (
+            "the HTTP API",
+            tasks.iter().find(|t| Some(t.id.0) == api["id"].as_i64()),
+        ),
+        (
+            "the CLI",
+            tasks.iter().find(|t| {
+                t.id != library
+                    && Some(t.id.0) != api["id"].as_i64()
+                    && !t.task_no.as_str().starts_with("sched:")
+            }),
+        ),
+        (
+            "a schedule",
+            tasks
+                .iter()
+                .find(|t| t.task_no.as_str().starts_with("sched:defaults:")),
+        ),
+    ];
+    for (way, task) in ways {
+        let task = task.unwrap_or_else(|| panic!("no task enqueued by {way}: {tasks:?}"));
+        let got = (
+            task.queue.clone(),
+            task.priority.get(),
+            task.max_attempts,
+            task.timeout_ms,
+        );
+        assert_eq!(got, want, "the defaults of a task enqueued by {way}");
     }
 }

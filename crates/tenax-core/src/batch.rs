@@ -88,10 +88,10 @@ pub trait BatchCommand: Send + Sync + 'static {
     /// Batches of this type one worker runs at once. Defaults to 1.
     const CONCURRENCY: u32 = 1;
     /// Attempts of each task before it is dead. Defaults to 5.
-    const MAX_ATTEMPTS: u32 = 5;
+    const MAX_ATTEMPTS: u32 = crate::CommandDefaults::STANDARD.max_attempts;
     /// Time allowed for one task's attempt; a batch runs under the shortest timeout of
     /// its tasks. Defaults to 30 minutes.
-    const TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    const TIMEOUT: Duration = crate::CommandDefaults::STANDARD.timeout;
     /// The queue tasks of this command go to. Defaults to `"default"`.
     const QUEUE: &'static str = QueueName::DEFAULT;
     /// Priority 0-9 (9 most urgent). Defaults to 5.

@@ -49,12 +49,13 @@ pub trait Command: Send + Sync + 'static {
     /// The stable type name stored with each task (`"BANK_OPEN_ACCOUNT"`). Changing it
     /// orphans the tasks already stored under the old name.
     const TYPE: &'static str;
-    /// Attempts before the task is dead. Defaults to 5.
-    const MAX_ATTEMPTS: u32 = 5;
+    /// Attempts before the task is dead. Defaults to 5
+    /// ([`CommandDefaults::STANDARD`](crate::CommandDefaults::STANDARD)).
+    const MAX_ATTEMPTS: u32 = crate::CommandDefaults::STANDARD.max_attempts;
     /// Time allowed for one attempt before it counts as a retryable failure. Defaults to
     /// 30 minutes: long enough for real work, short enough that a hung handler does not
     /// hold its slot for hours. Heartbeats keep the lease alive meanwhile.
-    const TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    const TIMEOUT: Duration = crate::CommandDefaults::STANDARD.timeout;
     /// The queue tasks of this command go to. Defaults to `"default"`.
     const QUEUE: &'static str = QueueName::DEFAULT;
     /// Priority 0-9 (9 most urgent). Defaults to 5.

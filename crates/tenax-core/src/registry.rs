@@ -153,6 +153,26 @@ pub struct CommandDefaults {
     pub timeout: Duration,
 }
 
+impl CommandDefaults {
+    /// The one table of defaults. A task gets these unless its command declares others
+    /// (a [`Command`]'s constants default to them) or its enqueue sets them, by every
+    /// way in: the library (`enqueue_raw` included), the HTTP API, the CLI and
+    /// schedules. The per-attempt timeout is 30 minutes: long enough for real work,
+    /// short enough that a hung handler does not hold its slot for hours.
+    pub const STANDARD: CommandDefaults = CommandDefaults {
+        queue: crate::QueueName::DEFAULT,
+        priority: crate::Priority::DEFAULT.get(),
+        max_attempts: 5,
+        timeout: Duration::from_secs(30 * 60),
+    };
+}
+
+impl Default for CommandDefaults {
+    fn default() -> Self {
+        Self::STANDARD
+    }
+}
+
 /// Maps command type names to handler instances.
 ///
 /// ```

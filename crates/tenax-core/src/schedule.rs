@@ -20,7 +20,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use serde::Serialize;
 
-use crate::{Command, InvalidInput, Priority, QueueName};
+use crate::{defaults_of, Command, CommandDefaults, InvalidInput, Priority, QueueName};
 
 /// When a schedule fires: a cron expression in a time zone, or a fixed interval.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -487,7 +487,7 @@ impl Schedule {
     /// Each tick enqueues a task of command `C` with this context and `C`'s defaults.
     pub fn command<C: Command>(mut self, context: C::Context) -> Self {
         match serde_json::to_string(&context) {
-            Ok(payload) => self.set_command(C::TYPE, payload, C::VERSION, &Defaults::of::<C>()),
+            Ok(payload) => self.set_command(C::TYPE, payload, C::VERSION, &defaults_of::<C>()),
             Err(e) => {
                 self.error
                     .get_or_insert(InvalidInput::new("context", e.to_string()));
@@ -499,7 +499,7 @@ impl Schedule {
     /// Each tick enqueues a task by type name and JSON payload (payload version 1).
     pub fn command_raw(mut self, command_type: &str, payload: &impl Serialize) -> Self {
         match serde_json::to_string(payload) {
-            Ok(payload) => self.set_command(command_type, payload, 1, &Defaults::raw()),
+            Ok(payload) => self.set_command(command_type, payload, 1, &CommandDefaults::STANDARD),
             Err(e) => {
                 self.error
                     .get_or_insert(InvalidInput::new("payload", e.to_string()));
@@ -508,7 +508,13 @@ impl Schedule {
         self
     }
 
-    fn set_command(&mut self, command_type: &str, payload: String, version: u32, d: &Defaults) {
+    fn set_command(
+        &mut self,
+        command_type: &str,
+        payload: String,
+        version: u32,
+        d: &CommandDefaults,
+    ) {
         self.command = Some(CommandOf {
             command_type: command_type.to_owned(),
             payload,
@@ -581,33 +587,6 @@ impl Schedule {
         };
         def.validate()?;
         Ok(def)
-    }
-}
-
-struct Defaults {
-    queue: &'static str,
-    priority: u8,
-    max_attempts: u32,
-    timeout: Duration,
-}
-
-impl Defaults {
-    fn of<C: Command>() -> Self {
-        Self {
-            queue: C::QUEUE,
-            priority: C::PRIORITY,
-            max_attempts: C::MAX_ATTEMPTS,
-            timeout: C::TIMEOUT,
-        }
-    }
-
-    fn raw() -> Self {
-        Self {
-            queue: QueueName::DEFAULT,
-            priority: Priority::DEFAULT.get(),
-            max_attempts: 5,
-            timeout: Duration::from_secs(300),
-        }
     }
 }
 

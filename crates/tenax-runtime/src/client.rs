@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tenax_core::{
-    AttemptRecord, Command, InvalidInput, Priority, QueueName, TaskId, TaskNo, TaskRecord,
+    AttemptRecord, Command, CommandDefaults, InvalidInput, Priority, QueueName, TaskId, TaskNo,
+    TaskRecord,
 };
 use tenax_storage::{
     QueueChange, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams, RunAt, Stats,
@@ -112,10 +113,10 @@ impl Client {
                 command_type: command_type.to_owned(),
                 payload: payload.to_string(),
                 payload_version: 1,
-                queue: QueueName::DEFAULT.to_owned(),
+                queue: CommandDefaults::STANDARD.queue.to_owned(),
                 priority: Priority::DEFAULT,
-                max_attempts: 5,
-                timeout: Duration::from_secs(300),
+                max_attempts: CommandDefaults::STANDARD.max_attempts,
+                timeout: CommandDefaults::STANDARD.timeout,
                 run_at: RunAt::Now,
                 now: None,
                 concurrency_key: None,

@@ -36,7 +36,7 @@ pub struct ErrorDetail {
     "id": 42, "task_no": "order-7-confirm", "kind": "execute", "parent_id": null,
     "command_type": "echo", "payload": {"hello": "world"}, "payload_version": 1,
     "queue": "default", "priority": 5, "status": "succeeded", "attempt": 1, "max_attempts": 5,
-    "run_at": "2026-01-01T10:00:00Z", "timeout_ms": 300000, "last_error": null,
+    "run_at": "2026-01-01T10:00:00Z", "timeout_ms": 1800000, "last_error": null,
     "result": {"hello": "world"}, "compensation": null, "concurrency_key": null,
     "created_at": "2026-01-01T10:00:00Z", "updated_at": "2026-01-01T10:00:01Z",
     "started_at": "2026-01-01T10:00:00Z", "finished_at": "2026-01-01T10:00:01Z"
@@ -198,7 +198,7 @@ pub struct EnqueueRequest {
     pub priority: Option<i64>,
     /// Attempt budget, 1 to 1000. Default 5.
     pub max_attempts: Option<i64>,
-    /// Per-attempt timeout in milliseconds, 1 ms to 24 h. Default 5 minutes.
+    /// Per-attempt timeout in milliseconds, 1 ms to 24 h. Default 30 minutes.
     pub timeout_ms: Option<i64>,
     /// Run no sooner than this many milliseconds from now (at most 100 years).
     pub delay_ms: Option<i64>,
@@ -477,7 +477,7 @@ pub struct StatsView {
 
 /// A periodic schedule.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"name": "nightly-report", "cadence": "cron \"0 30 2 * * *\" in Europe/Paris", "missed": "skip", "command_type": "echo", "payload": {}, "queue": "default", "priority": 5, "max_attempts": 5, "timeout_ms": 300000, "paused": false, "next_fire_at": "2026-01-02T01:30:00Z", "last_tick": null, "created_at": "2026-01-01T10:00:00Z", "updated_at": "2026-01-01T10:00:00Z"}))]
+#[schema(example = json!({"name": "nightly-report", "cadence": "cron \"0 30 2 * * *\" in Europe/Paris", "missed": "skip", "command_type": "echo", "payload": {}, "queue": "default", "priority": 5, "max_attempts": 5, "timeout_ms": 1800000, "paused": false, "next_fire_at": "2026-01-02T01:30:00Z", "last_tick": null, "created_at": "2026-01-01T10:00:00Z", "updated_at": "2026-01-01T10:00:00Z"}))]
 pub struct ScheduleView {
     /// Unique name.
     pub name: String,
@@ -558,7 +558,7 @@ pub struct ScheduleRequest {
     pub priority: Option<i64>,
     /// Attempt budget (default 5).
     pub max_attempts: Option<i64>,
-    /// Per-attempt timeout in milliseconds (default 5 minutes).
+    /// Per-attempt timeout in milliseconds (default 30 minutes).
     pub timeout_ms: Option<i64>,
 }
 

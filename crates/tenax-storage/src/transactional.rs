@@ -56,9 +56,9 @@ macro_rules! transactional_api {
             /// The stable type name stored with each task ([`Command::TYPE`]).
             const TYPE: &'static str;
             /// Attempts before the task is dead ([`Command::MAX_ATTEMPTS`]).
-            const MAX_ATTEMPTS: u32 = 5;
+            const MAX_ATTEMPTS: u32 = tenax_core::CommandDefaults::STANDARD.max_attempts;
             /// Time allowed for one attempt ([`Command::TIMEOUT`]).
-            const TIMEOUT: Duration = Duration::from_secs(30 * 60);
+            const TIMEOUT: Duration = tenax_core::CommandDefaults::STANDARD.timeout;
             /// The queue ([`Command::QUEUE`]).
             const QUEUE: &'static str = QueueName::DEFAULT;
             /// Priority 0-9 ([`Command::PRIORITY`]).

@@ -181,17 +181,28 @@ pub(crate) async fn create_schedule(
             .clone()
             .unwrap_or_else(|| QueueName::DEFAULT.to_owned()),
     )?;
-    let priority = small("priority", req.priority, 0, 9, 5)?;
-    let max_attempts = small("max_attempts", req.max_attempts, 1, 1000, 5)?;
-    let timeout_ms = small("timeout_ms", req.timeout_ms, 1, 24 * 3600 * 1000, 300_000)?;
+    let d = tenax_core::CommandDefaults::STANDARD;
+    let priority = small("priority", req.priority, 0, 9, i64::from(d.priority))?;
+    let max_attempts = small(
+        "max_attempts",
+        req.max_attempts,
+        1,
+        1000,
+        i64::from(d.max_attempts),
+    )?;
+    let timeout_ms = small(
+        "timeout_ms",
+        req.timeout_ms,
+        1,
+        24 * 3600 * 1000,
+        i64::try_from(d.timeout.as_millis()).unwrap_or(i64::MAX),
+    )?;
     let def = schedule
         .command_raw(&req.command_type, &req.payload)
         .queue(queue.to_string())
-        .priority(u8::try_from(priority).unwrap_or(5))
-        .max_attempts(u32::try_from(max_attempts).unwrap_or(5))
-        .timeout(Duration::from_millis(
-            u64::try_from(timeout_ms).unwrap_or(300_000),
-        ))
+        .priority(u8::try_from(priority).unwrap_or(d.priority))
+        .max_attempts(u32::try_from(max_attempts).unwrap_or(d.max_attempts))
+        .timeout(u64::try_from(timeout_ms).map_or(d.timeout, Duration::from_millis))
         .build()
         .map_err(schedule_refused)?;
     let (stored, change) = state

@@ -241,8 +241,21 @@ pub(crate) fn insert_params(
         i64::from(Priority::DEFAULT.get()),
     )?;
     let priority = Priority::new(u8::try_from(priority).unwrap_or(Priority::DEFAULT.get()))?;
-    let max_attempts = in_range("max_attempts", req.max_attempts, 1, 1000, 5)?;
-    let timeout_ms = in_range("timeout_ms", req.timeout_ms, 1, 24 * 3600 * 1000, 300_000)?;
+    let d = tenax_core::CommandDefaults::STANDARD;
+    let max_attempts = in_range(
+        "max_attempts",
+        req.max_attempts,
+        1,
+        1000,
+        i64::from(d.max_attempts),
+    )?;
+    let timeout_ms = in_range(
+        "timeout_ms",
+        req.timeout_ms,
+        1,
+        24 * 3600 * 1000,
+        i64::try_from(d.timeout.as_millis()).unwrap_or(i64::MAX),
+    )?;
     let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
     let run_at = match (req.delay_ms, req.run_at) {
         (Some(_), Some(_)) => {
@@ -270,8 +283,8 @@ pub(crate) fn insert_params(
         payload_version: u32::try_from(payload_version).unwrap_or(1),
         queue: queue.to_string(),
         priority,
-        max_attempts: u32::try_from(max_attempts).unwrap_or(5),
-        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(300_000)),
+        max_attempts: u32::try_from(max_attempts).unwrap_or(d.max_attempts),
+        timeout: u64::try_from(timeout_ms).map_or(d.timeout, Duration::from_millis),
         run_at,
         now: None,
         concurrency_key: req.concurrency_key,
