@@ -49,9 +49,8 @@ impl Api {
                 http_targets: ["billing".to_owned()].into_iter().collect(),
                 ..tenax_server::ServerConfig::default()
             };
-            config
-                .secrets
-                .insert("echo".to_owned(), vec!["password".to_owned()]);
+            config.secrets =
+                tenax::Secrets::new([("echo", ["password"])]).expect("a valid secret path");
             config.validate().expect("a valid configuration");
             let router = tenax_server::router(tenax_server::AppState::new(storage, config));
             // Something for ids, numbers and names to find.
