@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let resolved = tenax_kinds::http::resolve_url(&target, Some(path)).map(String::from);
     if tenax_core::outbound::check_task_path(path).is_err() {
-        assert!(resolved.is_err(), "{path:?} refused by the check but resolved");
+        assert!(
+            resolved.is_err(),
+            "{path:?} refused by the check but resolved"
+        );
         return;
     }
     // The oracle: the URL library's own reading of the base followed by the path.
@@ -41,7 +44,11 @@ fuzz_target!(|data: &[u8]| {
     let url = url::Url::parse(&joined)
         .unwrap_or_else(|e| panic!("{path:?} accepted, but {joined:?} is no URL: {e}"));
     let base_url = url::Url::parse(base).expect("the base parses");
-    assert_eq!(url.origin(), base_url.origin(), "{path:?} left the origin: {url}");
+    assert_eq!(
+        url.origin(),
+        base_url.origin(),
+        "{path:?} left the origin: {url}"
+    );
     let prefix = base_url.path().trim_end_matches('/');
     let under = url
         .path()
