@@ -17,9 +17,11 @@
 //! even without `[]`, so `cards.number` masks the `number` of every card as well. A key
 //! that itself contains dots matches too: `card.number` masks a top-level key literally
 //! named `"card.number"`. When a path runs into a string or a number before its end
-//! (`"card": "4111 … 12/29"` for `card.number`), that whole value is masked, and each
-//! of its words counts as a secret value: the secret may be written anywhere in it. A secret whose value is an object or an array is masked
-//! whole, and every string and number inside it counts as a secret value.
+//! (`"card": "4111 … 12/29"` for `card.number`, or an array element that is not an
+//! object), that whole value is masked, and each of its words counts as a secret
+//! value: the secret may be written anywhere in it. A secret whose value is an object
+//! or an array is masked whole, and every string and number inside it counts as a
+//! secret value.
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
