@@ -10,12 +10,15 @@ use tenax::storage::TaskRef;
 use tenax::{AttemptOutcome, Client, CompensationState, TaskKind, TaskNo, TaskStatus};
 use tenax_ledger::Ledger;
 
+mod support;
+use support::{SpawnGuarded, Spawned};
+
 fn tenax() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tenax"))
 }
 
 /// A worker process with a 1 s lease, recording every execution in the ledger.
-fn spawn_worker(db: &str, ledger: &Path, latency: &str) -> Child {
+fn spawn_worker(db: &str, ledger: &Path, latency: &str) -> Spawned {
     spawn_worker_in(tenax(), db, ledger, latency, "1s")
 }
 
@@ -27,7 +30,7 @@ fn spawn_worker_in(
     ledger: &Path,
     latency: &str,
     lease_ttl: &str,
-) -> Child {
+) -> Spawned {
     tenax
         .args([
             "--database-url",
@@ -44,8 +47,7 @@ fn spawn_worker_in(
         .env("TENAX_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .spawn()
-        .expect("start tenax worker")
+        .spawn_guarded("tenax worker")
 }
 
 async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T

@@ -11,6 +11,9 @@ use tenax::storage::TaskRef;
 use tenax::Client;
 use tenax_storage::testing::{unique_name, url_from_env};
 
+mod support;
+use support::SpawnGuarded;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_process_enqueue_rearms_an_idle_worker_on_postgres() {
     let Some(url) = url_from_env("TENAX_TEST_POSTGRES_URL") else {
@@ -25,8 +28,7 @@ async fn another_process_enqueue_rearms_an_idle_worker_on_postgres() {
         .env("TENAX_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .spawn()
-        .expect("start tenax worker");
+        .spawn_guarded("tenax worker");
     let wait_started = |id| {
         let client = client.clone();
         async move {

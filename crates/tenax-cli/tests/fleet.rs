@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -14,9 +14,12 @@ use tenax::{Client, TaskStatus};
 use tenax_ledger::Ledger;
 use tenax_storage::testing::{unique_name, url_from_env};
 
+mod support;
+use support::{SpawnGuarded, Spawned};
+
 /// A worker process; its warnings go to `worker-N.log` beside the ledger (see
 /// [`worker_logs`]).
-fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Child {
+fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Spawned {
     static STARTED: AtomicUsize = AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, Ordering::SeqCst);
     let dir = ledger.parent().expect("the ledger is in a folder");
@@ -38,8 +41,7 @@ fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Child {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
-        .spawn()
-        .expect("start tenax worker")
+        .spawn_guarded("tenax worker")
 }
 
 /// What the workers beside `ledger` logged.
@@ -74,7 +76,7 @@ fn assert_at_least_once(report: &tenax_ledger::LedgerReport, n: usize, ledger: &
     }
 }
 
-fn stop(mut workers: Vec<Child>) {
+fn stop(mut workers: Vec<Spawned>) {
     for worker in &mut workers {
         assert!(
             worker.try_wait().unwrap().is_none(),
@@ -157,7 +159,7 @@ async fn four_workers_process_ten_thousand_tasks(backend: &str) {
     let ledger = Ledger::open(&ledger_path).await.unwrap();
     let client = Client::connect(&url).await.unwrap();
     enqueue_many(&client, "NOOP", "T", N).await;
-    let workers: Vec<Child> = (0..4)
+    let workers: Vec<Spawned> = (0..4)
         .map(|_| spawn_worker(&url, &ledger_path, "NOOP"))
         .collect();
     let took = wait_succeeded(&client, N as u64, Duration::from_secs(240)).await;
@@ -256,7 +258,7 @@ async fn four_workers_never_run_two_tasks_of_one_key_at_once(backend: &str) {
     for join in joins {
         join.await.unwrap();
     }
-    let workers: Vec<Child> = (0..4)
+    let workers: Vec<Spawned> = (0..4)
         .map(|_| spawn_worker(&url, &ledger_path, "BANK_OPEN_ACCOUNT"))
         .collect();
     let took = wait_succeeded(&client, N as u64, Duration::from_secs(240)).await;

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -12,6 +12,9 @@ use tenax::storage::TaskListParams;
 use tenax::{Client, TaskStatus};
 use tenax_ledger::Ledger;
 use tenax_storage::testing::{unique_name, url_from_env};
+
+mod support;
+use support::{SpawnGuarded, Spawned};
 
 fn tenax(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tenax"))
@@ -147,7 +150,7 @@ fn schedules_are_added_listed_paused_resumed_and_removed_from_the_cli() {
     );
 }
 
-fn spawn_worker(url: &str, ledger: &Path, log: &Path) -> Child {
+fn spawn_worker(url: &str, ledger: &Path, log: &Path) -> Spawned {
     Command::new(env!("CARGO_BIN_EXE_tenax"))
         .args(["--database-url", url, "worker", "--command", "NOOP"])
         .args(["--poll-interval", "50ms", "--lease-ttl", "10s"])
@@ -157,8 +160,7 @@ fn spawn_worker(url: &str, ledger: &Path, log: &Path) -> Child {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start tenax worker")
+        .spawn_guarded("tenax worker")
 }
 
 /// The task numbers of the ticks a worker's log says it fired.
@@ -221,7 +223,7 @@ async fn three_worker_processes_fire_each_cron_tick_exactly_once() {
     let logs: Vec<_> = (0..3)
         .map(|i| dir.path().join(format!("worker-{i}.log")))
         .collect();
-    let workers: Vec<Child> = logs
+    let workers: Vec<Spawned> = logs
         .iter()
         .map(|log| spawn_worker(&url, &ledger_path, log))
         .collect();

@@ -4,16 +4,19 @@
 //! long before the lease would have expired.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tenax::storage::TaskRef;
 use tenax::{AttemptOutcome, Client, TaskStatus};
 
+mod support;
+use support::{SpawnGuarded, Spawned};
+
 /// Long enough that a task picked up within the test was not picked up by expiry.
 const LEASE_TTL: &str = "120s";
 
-fn worker(db: &str, bank_latency: &str) -> Child {
+fn worker(db: &str, bank_latency: &str) -> Spawned {
     Command::new(env!("CARGO_BIN_EXE_tenax"))
         .args([
             "--database-url",
@@ -28,8 +31,7 @@ fn worker(db: &str, bank_latency: &str) -> Child {
         .env("TENAX_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .spawn()
-        .expect("start tenax worker")
+        .spawn_guarded("tenax worker")
 }
 
 async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T

@@ -8,16 +8,18 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tenax::storage::{TaskRef, WorkflowState};
 use tenax::{Client, TaskStatus, Workflow};
 use tenax_ledger::{Execution, Ledger};
-use tenax_storage::testing::{unique_name, url_from_env};
 
-fn spawn_worker(url: &str, ledger: &Path) -> Child {
+mod support;
+use support::{fresh, SpawnGuarded, Spawned};
+
+fn spawn_worker(url: &str, ledger: &Path) -> Spawned {
     Command::new(env!("CARGO_BIN_EXE_tenax"))
         .args(["--database-url", url, "worker", "--command", "FLOW_STEP"])
         .args([
@@ -33,11 +35,10 @@ fn spawn_worker(url: &str, ledger: &Path) -> Child {
         .env("TENAX_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .spawn()
-        .expect("start tenax worker")
+        .spawn_guarded("tenax worker")
 }
 
-fn stop(worker: &mut Child) {
+fn stop(worker: &mut Spawned) {
     worker.kill().unwrap();
     worker.wait().unwrap();
 }
@@ -57,29 +58,6 @@ where
     }
 }
 
-/// A database of its own on the backend (and the folder that holds the ledger), or
-/// `None` to skip.
-async fn fresh(backend: &str) -> Option<(tempfile::TempDir, String)> {
-    let dir = tempfile::tempdir().unwrap();
-    let url = match backend {
-        "sqlite" => format!("sqlite://{}", dir.path().join("tenax.db").display()),
-        "postgres" => {
-            let url = url_from_env("TENAX_TEST_POSTGRES_URL")?;
-            let separator = if url.contains('?') { '&' } else { '?' };
-            format!("{url}{separator}schema={}", unique_name("tenax_wf"))
-        }
-        _ => {
-            let url = url_from_env("TENAX_TEST_MYSQL_URL")?;
-            let name = unique_name("tenax_wf");
-            tenax_storage::mysql::testing_database(&url, &name)
-                .await
-                .expect("create database");
-            tenax_storage::testing::with_database(&url, &name)
-        }
-    };
-    Some((dir, url))
-}
-
 fn succeeded<'a>(executions: &'a [Execution], task_no: &str) -> Vec<&'a Execution> {
     executions
         .iter()
@@ -88,7 +66,7 @@ fn succeeded<'a>(executions: &'a [Execution], task_no: &str) -> Vec<&'a Executio
 }
 
 async fn dag_order_holds_under_real_workers(backend: &str) {
-    let Some((dir, url)) = fresh(backend).await else {
+    let Some((dir, url)) = fresh(backend, "tenax_wf").await else {
         return;
     };
     let client = Client::connect(&url).await.unwrap();
@@ -173,7 +151,7 @@ fn compensated(e: &Execution) -> Option<String> {
 }
 
 async fn a_saga_compensates_in_reverse_order_across_a_killed_worker(backend: &str) {
-    let Some((dir, url)) = fresh(backend).await else {
+    let Some((dir, url)) = fresh(backend, "tenax_wf").await else {
         return;
     };
     let client = Client::connect(&url).await.unwrap();
@@ -276,7 +254,7 @@ per_backend!(sqlite, postgres, mysql);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workflows_are_listed_and_shown_from_the_cli() {
-    let (dir, url) = fresh("sqlite").await.unwrap();
+    let (dir, url) = fresh("sqlite", "tenax_wf").await.unwrap();
     let client = Client::connect(&url).await.unwrap();
     let step = |value: i64| client.enqueue_raw("FLOW_STEP", &json!({ "value": value }));
     let flow = Workflow::new("nightly-report")
