@@ -1,9 +1,12 @@
 //! Background services every worker runs by default: the reaper and the pruner.
 //!
 //! Both are single conditional statements, so several workers running them at once is
-//! harmless: a task is reaped or deleted by exactly one of them.
+//! harmless: a task is reaped or deleted by exactly one of them. The reaper judges
+//! expiry on the database clock and watches that clock for steps ([`ClockWatch`]).
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
 
 use rand::Rng;
 use tenax_storage::{Storage, TaskPruneParams, TaskReapParams};
@@ -26,16 +29,45 @@ pub(crate) async fn jittered(interval: Duration, stop: &CancellationToken) -> bo
 }
 
 /// Return tasks whose lease expired to `retrying` (or `dead` when out of attempts).
+///
+/// Expiry is judged on the database clock, and the database clock can step: an NTP
+/// correction, or a failover to a server whose clock is wrong. Each pass therefore
+/// reads that clock first and checks it against its own monotonic clock
+/// ([`ClockWatch`]); the pass then reaps at the time it read, or not at all while a
+/// step forward is being waited out.
 pub(crate) async fn reaper_loop(
     storage: Arc<dyn Storage>,
     interval: Duration,
+    lease_ttl: Duration,
     stop: CancellationToken,
 ) {
+    let mut watch = ClockWatch::new(lease_ttl);
     while jittered(interval, &stop).await {
+        let before = Instant::now();
+        let db = match storage.now().await {
+            Ok(now) => now,
+            Err(e) => {
+                warn!(error = %e, "reaper pass failed");
+                continue;
+            }
+        };
+        let pass = watch.observe(Sample {
+            before,
+            after: Instant::now(),
+            db,
+        });
+        let ReapPass::Reap {
+            now,
+            expires_beyond,
+        } = pass
+        else {
+            continue;
+        };
         match storage
             .task_reap_expired(&TaskReapParams {
                 limit: REAP_BATCH,
-                now: None,
+                now: Some(now),
+                expires_beyond,
             })
             .await
         {
@@ -49,6 +81,141 @@ pub(crate) async fn reaper_loop(
             Err(e) => warn!(error = %e, "reaper pass failed"),
         }
     }
+}
+
+/// A step of the database clock smaller than this (or a tenth of the lease TTL, if
+/// that is less) goes unremarked. A healthy lease is renewed with most of its TTL
+/// left, so a step this small reaps nothing early; a larger reading error only holds
+/// the reaper for a TTL.
+const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(1);
+
+/// One reading of the database clock, between two readings of the local monotonic
+/// clock (the query's round trip).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    pub before: Instant,
+    pub after: Instant,
+    pub db: DateTime<Utc>,
+}
+
+/// What a reaper pass may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReapPass {
+    /// Reap nothing: the database clock may be ahead of leases that are still renewed.
+    Hold,
+    /// Reap the leases expired at `now` (the database time just read), and those
+    /// expiring after `expires_beyond`: granted before the clock stepped back, and not
+    /// renewed since.
+    Reap {
+        now: DateTime<Utc>,
+        expires_beyond: Option<DateTime<Utc>>,
+    },
+}
+
+/// The reaper's watch on the database clock.
+///
+/// Lease renewals use the database clock, so a step forward makes every lease look
+/// expired although its worker renews it within a heartbeat. After a step forward (and
+/// when the reaper starts, since a step may just have happened) the reaper waits one
+/// lease TTL on its own monotonic clock before it reaps again: a lease still expired
+/// after that has not been renewed for a whole TTL of real time, and its worker has
+/// fenced itself (`WorkerConfig::fence_margin`).
+///
+/// After a step back, the leases granted before it expire the step later than they
+/// should. Once a TTL has passed since the step, a lease expiring more than a TTL ahead
+/// cannot have been renewed since (a renewal grants one TTL from now), so it is reaped
+/// as expired.
+///
+/// The TTL is this worker's: a fleet under one database shares it (a worker with a
+/// longer one may be reaped after a step while it still runs).
+#[derive(Debug)]
+pub(crate) struct ClockWatch {
+    lease_ttl: Duration,
+    tolerance: Duration,
+    last: Option<Sample>,
+    hold_until: Option<Instant>,
+    stepped_back: Option<StepBack>,
+}
+
+/// A step back seen: when, and the database time just before it.
+#[derive(Debug, Clone, Copy)]
+struct StepBack {
+    seen: Instant,
+    db_before: DateTime<Utc>,
+}
+
+impl ClockWatch {
+    pub(crate) fn new(lease_ttl: Duration) -> Self {
+        Self {
+            lease_ttl,
+            tolerance: CLOCK_STEP_TOLERANCE.min(lease_ttl / 10),
+            last: None,
+            hold_until: None,
+            stepped_back: None,
+        }
+    }
+
+    /// Takes in this pass's reading and says what the pass may reap.
+    pub(crate) fn observe(&mut self, sample: Sample) -> ReapPass {
+        let ttl = chrono_duration(self.lease_ttl);
+        let tolerance = chrono_duration(self.tolerance);
+        match self.last {
+            None => self.hold_until = Some(sample.after + self.lease_ttl),
+            Some(last) => {
+                // The database read its clock somewhere inside each round trip.
+                let longest = chrono_duration(sample.after.saturating_duration_since(last.before));
+                let shortest = chrono_duration(sample.before.saturating_duration_since(last.after));
+                let moved = sample.db - last.db;
+                if moved > longest + tolerance {
+                    let step = moved - longest;
+                    warn!(
+                        step_ms = step.num_milliseconds(),
+                        "the database clock stepped forward; no lease is reaped for a lease TTL"
+                    );
+                    self.hold_until = Some(sample.after + self.lease_ttl);
+                } else if moved < shortest - tolerance {
+                    let step = shortest - moved;
+                    warn!(
+                        step_ms = step.num_milliseconds(),
+                        "the database clock stepped back; leases granted before it are reaped after a lease TTL"
+                    );
+                    let db_before = match self.stepped_back {
+                        Some(earlier) => earlier.db_before.max(last.db),
+                        None => last.db,
+                    };
+                    self.stepped_back = Some(StepBack {
+                        seen: sample.after,
+                        db_before,
+                    });
+                }
+            }
+        }
+        self.last = Some(sample);
+        if self.hold_until.is_some_and(|until| sample.after < until) {
+            return ReapPass::Hold;
+        }
+        self.hold_until = None;
+        // Every lease granted before the step has expired by the clock once the clock
+        // is back past the latest of them.
+        if self
+            .stepped_back
+            .is_some_and(|back| sample.db > back.db_before + ttl + tolerance)
+        {
+            self.stepped_back = None;
+        }
+        let expires_beyond = self
+            .stepped_back
+            .filter(|back| sample.after.saturating_duration_since(back.seen) >= self.lease_ttl)
+            .map(|_| sample.db + ttl + tolerance);
+        ReapPass::Reap {
+            now: sample.db,
+            expires_beyond,
+        }
+    }
+}
+
+fn chrono_duration(d: Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
 }
 
 /// Delete finished tasks older than the retention, in bounded batches.
@@ -80,5 +247,128 @@ pub(crate) async fn pruner_loop(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    /// Readings of the database clock at local times counted from `start`, each with a
+    /// 10 ms round trip.
+    struct Clocks {
+        start: Instant,
+        db_start: DateTime<Utc>,
+    }
+
+    impl Clocks {
+        fn new() -> Self {
+            Self {
+                start: Instant::now(),
+                db_start: DateTime::parse_from_rfc3339("2026-06-01T12:00:00Z")
+                    .map(|t| t.with_timezone(&Utc))
+                    .unwrap_or_default(),
+            }
+        }
+
+        /// At `local` seconds, the database clock reading `local + offset` seconds.
+        fn at(&self, local: f64, offset: f64) -> Sample {
+            let before = self.start + Duration::from_secs_f64(local);
+            Sample {
+                before,
+                after: before + Duration::from_millis(10),
+                db: self.db_at(local + offset),
+            }
+        }
+
+        fn db_at(&self, secs: f64) -> DateTime<Utc> {
+            self.db_start + chrono::TimeDelta::milliseconds((secs * 1000.0) as i64)
+        }
+    }
+
+    fn reaps_at(pass: ReapPass) -> Option<DateTime<Utc>> {
+        match pass {
+            ReapPass::Reap { now, .. } => Some(now),
+            ReapPass::Hold => None,
+        }
+    }
+
+    #[test]
+    fn a_new_reaper_waits_one_ttl_then_reaps_at_the_time_it_read() {
+        let clocks = Clocks::new();
+        let mut watch = ClockWatch::new(TTL);
+        for local in [0.0, 5.0, 10.0, 25.0] {
+            assert_eq!(watch.observe(clocks.at(local, 0.0)), ReapPass::Hold);
+        }
+        assert_eq!(
+            watch.observe(clocks.at(30.0, 0.0)),
+            ReapPass::Reap {
+                now: clocks.db_at(30.0),
+                expires_beyond: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_step_forward_holds_the_reaper_for_one_ttl_from_when_it_is_seen() {
+        let clocks = Clocks::new();
+        let mut watch = ClockWatch::new(TTL);
+        for local in [0.0, 31.0, 36.0] {
+            watch.observe(clocks.at(local, 0.0));
+        }
+        assert!(reaps_at(watch.observe(clocks.at(41.0, 0.0))).is_some());
+        // The clock jumps an hour ahead between two passes.
+        assert_eq!(watch.observe(clocks.at(46.0, 3600.0)), ReapPass::Hold);
+        assert_eq!(watch.observe(clocks.at(75.0, 3600.0)), ReapPass::Hold);
+        assert_eq!(
+            reaps_at(watch.observe(clocks.at(76.1, 3600.0))),
+            Some(clocks.db_at(3676.1))
+        );
+    }
+
+    #[test]
+    fn drift_within_the_tolerance_and_slow_round_trips_hold_nothing() {
+        let clocks = Clocks::new();
+        let mut watch = ClockWatch::new(TTL);
+        watch.observe(clocks.at(0.0, 0.0));
+        watch.observe(clocks.at(31.0, 0.0));
+        // 0.8 s ahead is under the tolerance.
+        assert!(reaps_at(watch.observe(clocks.at(36.0, 0.8))).is_some());
+        // A reading that took 3 s: the database may have read its clock at any point.
+        let slow = Sample {
+            before: clocks.start + Duration::from_secs(41),
+            after: clocks.start + Duration::from_secs(44),
+            db: clocks.db_at(43.5),
+        };
+        assert!(reaps_at(watch.observe(slow)).is_some());
+        assert!(reaps_at(watch.observe(clocks.at(49.0, 0.0))).is_some());
+    }
+
+    #[test]
+    fn after_a_step_back_leases_from_before_it_are_named_once_a_ttl_has_passed() {
+        let clocks = Clocks::new();
+        let mut watch = ClockWatch::new(TTL);
+        watch.observe(clocks.at(0.0, 0.0));
+        watch.observe(clocks.at(31.0, 0.0));
+        // The clock steps an hour back between 31 s and 36 s.
+        let beyond = |pass| match pass {
+            ReapPass::Reap { expires_beyond, .. } => expires_beyond,
+            ReapPass::Hold => panic!("a step back holds nothing"),
+        };
+        assert_eq!(beyond(watch.observe(clocks.at(36.0, -3600.0))), None);
+        assert_eq!(beyond(watch.observe(clocks.at(60.0, -3600.0))), None);
+        // A TTL after the step was seen: a lease expiring beyond one TTL (and the
+        // tolerance) from now was granted before the step.
+        assert_eq!(
+            beyond(watch.observe(clocks.at(66.1, -3600.0))),
+            Some(clocks.db_at(66.1 - 3600.0 + 31.0))
+        );
+        // Once the clock is back past every lease granted before the step, none remain.
+        assert_eq!(
+            beyond(watch.observe(clocks.at(3600.0 + 31.0 + 32.0, -3600.0))),
+            None
+        );
     }
 }

@@ -232,6 +232,10 @@ pub struct TaskReapParams {
     pub limit: u32,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+    /// Also reap running tasks whose lease expires after this time: leases granted
+    /// before the database clock stepped back, and not renewed since (the reaper's
+    /// clock watch decides when that holds). `None` reaps expired leases only.
+    pub expires_beyond: Option<DateTime<Utc>>,
 }
 
 /// A task the reaper moved.

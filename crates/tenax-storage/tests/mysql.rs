@@ -199,6 +199,7 @@ async fn writes_to_other_tasks_do_not_wait_for_a_held_task() {
             .task_reap_expired(&TaskReapParams {
                 limit: 10,
                 now: Some(now + chrono::Duration::seconds(120)),
+                expires_beyond: None,
             })
             .await
             .unwrap();

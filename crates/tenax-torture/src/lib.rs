@@ -15,6 +15,7 @@
 
 pub mod broken;
 pub mod check;
+pub mod db_clock;
 pub mod enqueuer;
 pub mod fleet;
 pub mod ledger;

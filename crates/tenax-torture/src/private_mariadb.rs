@@ -16,6 +16,8 @@ pub struct PrivateMariadb {
     dir: tempfile::TempDir,
     server: Option<Child>,
     binlog: bool,
+    /// Set for the server process (a clock under libfaketime).
+    env: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 /// Whether the MariaDB server tools are installed.
@@ -46,16 +48,24 @@ fn server_binary() -> PathBuf {
 impl PrivateMariadb {
     /// Create and start a private server.
     pub fn start() -> anyhow::Result<Self> {
-        Self::start_with(false)
+        Self::start_with(false, Vec::new())
+    }
+
+    /// The same, on a clock the caller moves ([`DbClock`](crate::db_clock::DbClock)).
+    pub fn start_with_clock(clock: &crate::db_clock::DbClock) -> anyhow::Result<Self> {
+        Self::start_with(false, clock.env())
     }
 
     /// Create and start a private server with binary logging on (as a replicated
     /// production server has it), which changes who may create triggers.
     pub fn start_with_binlog() -> anyhow::Result<Self> {
-        Self::start_with(true)
+        Self::start_with(true, Vec::new())
     }
 
-    fn start_with(binlog: bool) -> anyhow::Result<Self> {
+    fn start_with(
+        binlog: bool,
+        env: Vec<(&'static str, std::ffi::OsString)>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("tenax-mariadb-")
             .tempdir()?;
@@ -80,6 +90,7 @@ impl PrivateMariadb {
             dir,
             server: None,
             binlog,
+            env,
         };
         db.launch()?;
         Ok(db)
@@ -110,6 +121,7 @@ impl PrivateMariadb {
         if running_as_root() {
             command.arg("--user=root");
         }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         self.server = Some(
             command
                 .stdin(Stdio::null())

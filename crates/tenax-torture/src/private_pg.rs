@@ -26,6 +26,8 @@ pub struct PrivatePostgres {
     port: u16,
     dir: tempfile::TempDir,
     running: bool,
+    /// Set for the server process (a clock under libfaketime).
+    env: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 /// When an immediate-mode restart took the server down and brought it back.
@@ -102,16 +104,21 @@ pub fn describe(out: &Output) -> String {
 impl PrivatePostgres {
     /// Create and start a private server, with a database `tenax`.
     pub fn start() -> anyhow::Result<Self> {
-        Self::start_with(false)
+        Self::start_with(false, Vec::new())
+    }
+
+    /// The same, on a clock the caller moves ([`DbClock`](crate::db_clock::DbClock)).
+    pub fn start_with_clock(clock: &crate::db_clock::DbClock) -> anyhow::Result<Self> {
+        Self::start_with(false, clock.env())
     }
 
     /// The same, serving TLS only: a self-signed certificate made with `openssl`, and
     /// plain TCP connections rejected.
     pub fn start_with_tls() -> anyhow::Result<Self> {
-        Self::start_with(true)
+        Self::start_with(true, Vec::new())
     }
 
-    fn start_with(tls: bool) -> anyhow::Result<Self> {
+    fn start_with(tls: bool, env: Vec<(&'static str, std::ffi::OsString)>) -> anyhow::Result<Self> {
         let bindir = find_bindir().context("no PostgreSQL server binaries (initdb, pg_ctl)")?;
         let as_postgres = running_as_root();
         let dir = tempfile::Builder::new().prefix("tenax-pg-").tempdir()?;
@@ -132,6 +139,7 @@ impl PrivatePostgres {
             port: 0,
             dir,
             running: false,
+            env,
         };
         let initdb = pg
             .tool("initdb")
@@ -300,6 +308,7 @@ impl PrivatePostgres {
             .arg("-l")
             .arg(self.log_file())
             .args(["-w", "-t", "60", "-o", &options, "start"])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()?;
         if out.status.success() {
             Ok(())

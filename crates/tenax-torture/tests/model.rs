@@ -257,6 +257,7 @@ async fn run_ops(h: &Harness, prefix: &str, ops: &[Op]) -> Result<(), String> {
                 s.task_reap_expired(&TaskReapParams {
                     limit: 1000,
                     now: Some(now),
+                    expires_beyond: None,
                 })
                 .await
                 .map_err(|e| ctx(&e.to_string()))?;

@@ -100,6 +100,7 @@ async fn a_stale_owner_commits_nothing(backend: &str) {
         .task_reap_expired(&TaskReapParams {
             limit: 10,
             now: Some(later),
+            expires_beyond: None,
         })
         .await
         .unwrap();

@@ -255,6 +255,7 @@ impl Worker {
             services.spawn(maintenance::reaper_loop(
                 shared.storage.clone(),
                 shared.config.reaper_interval,
+                shared.config.lease_ttl,
                 background.clone(),
             ));
         }

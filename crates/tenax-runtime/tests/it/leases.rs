@@ -119,6 +119,7 @@ async fn a_lost_lease_stops_the_handler_and_its_outcome_is_dropped() {
         .task_reap_expired(&TaskReapParams {
             limit: 10,
             now: Some(far),
+            expires_beyond: None,
         })
         .await
         .unwrap();

@@ -271,15 +271,17 @@ impl MySqlStorage {
     pub(super) async fn reap_once(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        let beyond = params.expires_beyond.map(storable);
         // SKIP LOCKED: a task whose worker is writing its outcome right now is left to
         // that worker.
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM tenax_tasks
-             WHERE status = 'running' AND lease_expires_at < ?
+             WHERE status = 'running' AND (lease_expires_at < ? OR lease_expires_at > ?)
              ORDER BY lease_expires_at LIMIT ?
              FOR UPDATE SKIP LOCKED",
         )
         .bind(now)
+        .bind(beyond)
         .bind(i64::from(params.limit))
         .fetch_all(&mut *tx)
         .await
@@ -311,9 +313,11 @@ impl MySqlStorage {
         qb.push_bind(now);
         qb.push(", updated_at = ");
         qb.push_bind(now);
-        qb.push(" WHERE status = 'running' AND lease_expires_at < ");
+        qb.push(" WHERE status = 'running' AND (lease_expires_at < ");
         qb.push_bind(now);
-        qb.push(" AND id IN ");
+        qb.push(" OR lease_expires_at > ");
+        qb.push_bind(beyond);
+        qb.push(") AND id IN ");
         push_list(&mut qb, ids.iter().copied());
         qb.build().execute(&mut *tx).await.map_err(map_err)?;
         let tasks: Vec<TaskRecord> = fetch_ids(&mut tx, &ids)

@@ -242,14 +242,16 @@ impl PgStorage {
                                          THEN 'pending' ELSE compensation END,
                      lease_owner = NULL, lease_expires_at = NULL, updated_at = {NOW}
                  WHERE id IN (SELECT id FROM tenax_tasks
-                              WHERE status = 'running' AND lease_expires_at < {NOW}
+                              WHERE status = 'running'
+                                AND (lease_expires_at < {NOW} OR lease_expires_at > $3)
                               ORDER BY lease_expires_at LIMIT $2
                               FOR UPDATE SKIP LOCKED)
-                   AND status = 'running' AND lease_expires_at < {NOW}
+                   AND status = 'running' AND (lease_expires_at < {NOW} OR lease_expires_at > $3)
                  RETURNING {TASK_COLUMNS}"
             ))
             .bind(params.now)
             .bind(i64::from(params.limit))
+            .bind(params.expires_beyond)
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;

@@ -209,13 +209,14 @@ impl SqliteStorage {
                                      THEN 'pending' ELSE compensation END,
                  lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
              WHERE id IN (SELECT id FROM tenax_tasks
-                          WHERE status = 'running' AND lease_expires_at < ?1
+                          WHERE status = 'running' AND (lease_expires_at < ?1 OR lease_expires_at > ?3)
                           ORDER BY lease_expires_at LIMIT ?2)
-               AND status = 'running' AND lease_expires_at < ?1
+               AND status = 'running' AND (lease_expires_at < ?1 OR lease_expires_at > ?3)
              RETURNING {TASK_COLUMNS}"
         ))
         .bind(now)
         .bind(i64::from(params.limit))
+        .bind(params.expires_beyond.map(|t| t.timestamp_millis()))
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;

@@ -65,6 +65,7 @@ pub async fn a_completion_batch_lands_exactly_where_the_lease_holds(h: &Harness)
     let expired = TaskReapParams {
         limit: 100,
         now: later(now, 60),
+        expires_beyond: None,
     };
     h.storage.task_reap_expired(&expired).await.unwrap();
     // Every lease expired at that instant: keep only `stale`'s new claim running; the

@@ -93,7 +93,11 @@ async fn fail(h: &Harness, lease: Lease, next: FailNext, now: Option<DateTime<Ut
 
 async fn reap(h: &Harness, now: Option<DateTime<Utc>>) -> Vec<crate::ReapedTask> {
     h.storage
-        .task_reap_expired(&TaskReapParams { limit: 100, now })
+        .task_reap_expired(&TaskReapParams {
+            limit: 100,
+            now,
+            expires_beyond: None,
+        })
         .await
         .unwrap()
 }
@@ -609,6 +613,68 @@ pub async fn reaper_retries_or_kills_expired_leases(h: &Harness) {
     assert_eq!(attempts[0].outcome, AttemptOutcome::LeaseExpired);
     // Reaping again finds nothing.
     assert!(reap(h, later(now, 32)).await.is_empty());
+}
+
+/// After the database clock steps back, a lease granted before the step expires the
+/// step too late. The reaper names such leases with `expires_beyond`; a lease renewed
+/// since the step expires within a TTL and is left alone.
+pub async fn reaper_takes_leases_granted_before_a_clock_step_back(h: &Harness) {
+    for task_no in ["BEFORE", "RENEWED"] {
+        h.task(TaskOpts {
+            max_attempts: 3,
+            task_no: Some(task_no.into()),
+            ..Default::default()
+        })
+        .await;
+    }
+    // Leases of 30 s from the database's time.
+    let claimed = h.claim("w1", 2, None).await;
+    assert_eq!(claimed.len(), 2);
+    let by_no = |no: &str| {
+        claimed
+            .iter()
+            .find(|t| t.task_no.as_str() == no)
+            .unwrap()
+            .clone()
+    };
+    let (before, renewed) = (by_no("BEFORE"), by_no("RENEWED"));
+    // The clock steps back one hour; one worker renews its lease after the step.
+    let back = h.storage.now().await.unwrap() - chrono::Duration::hours(1);
+    let extended = h
+        .storage
+        .lease_extend(&LeaseExtendParams {
+            leases: vec![lease(&renewed)],
+            lease_ttl: Duration::from_secs(30),
+            now: Some(back),
+        })
+        .await
+        .unwrap();
+    assert_eq!(extended, vec![lease(&renewed)]);
+    // By the stepped clock neither lease has expired.
+    assert!(reap(h, Some(back)).await.is_empty());
+    let reaped = h
+        .storage
+        .task_reap_expired(&TaskReapParams {
+            limit: 100,
+            now: Some(back),
+            expires_beyond: later(back, 31),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        reaped,
+        vec![crate::ReapedTask {
+            id: before.id,
+            status: TaskStatus::Retrying,
+        }]
+    );
+    let still = h
+        .storage
+        .task_get(&TaskRef::Id(renewed.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(still.status, TaskStatus::Running);
 }
 
 pub async fn reaper_never_undoes_a_completion(h: &Harness) {
@@ -1129,6 +1195,7 @@ pub async fn reaper_racing_a_completion_never_both_win(h: &Harness) {
                 .task_reap_expired(&TaskReapParams {
                     limit: 10,
                     now: far,
+                    expires_beyond: None,
                 })
                 .await
         });

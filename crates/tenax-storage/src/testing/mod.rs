@@ -253,6 +253,7 @@ macro_rules! conformance_tests {
                 death_schedules_compensation_recorded_once,
                 compensation_without_handler_is_recorded_as_none,
                 reaper_retries_or_kills_expired_leases,
+                reaper_takes_leases_granted_before_a_clock_step_back,
                 reaper_never_undoes_a_completion,
                 cancel_only_waiting_tasks,
                 manual_retry_resets_the_budget_and_keeps_history,

@@ -342,6 +342,7 @@ pub async fn an_expired_lease_with_a_cancel_request_is_reaped_cancelled(h: &Harn
         .task_reap_expired(&crate::TaskReapParams {
             limit: 10,
             now: far,
+            expires_beyond: None,
         })
         .await
         .unwrap();
