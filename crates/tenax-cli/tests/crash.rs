@@ -361,3 +361,90 @@ async fn a_kill_with_a_buffer_and_uncommitted_outcomes_loses_nothing_and_repeats
     );
     assert!(repeats <= CONCURRENCY + COMPLETE_BATCH);
 }
+
+/// The recovery bound the guide states (concepts, "The reaper"): after a worker is
+/// killed with SIGKILL, every task it held, running or buffered, starts again within
+/// `lease_ttl` plus one reaper interval (+ 20 %) of the kill. The worker that takes
+/// them over starts just after the kill (its reaper waits one TTL first, within the
+/// same bound); 2 s of slack cover its process start, a claim and the start.
+async fn a_killed_workers_tasks_start_again_within_the_recovery_bound(backend: &str) {
+    const HELD: usize = 10;
+    let Some((dir, url)) = support::fresh(backend, "tenax_crash").await else {
+        return;
+    };
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&ledger_path).await.unwrap();
+    for n in 0..HELD {
+        enqueue(&url, &format!("HELD-{n}"), "12345678901234567");
+    }
+    // Its first claim takes all ten: five run (their bank calls take a minute), five
+    // wait in its prefetch buffer.
+    let mut victim = tenax();
+    victim.env("TENAX_WORKER_CONCURRENCY", "5");
+    let mut victim = spawn_worker_in(victim, &url, &ledger_path, "60s", "2s");
+    let client = Client::connect(&url).await.unwrap();
+    wait_for("the victim runs five and holds the rest", || async {
+        let running = ledger.executions().await.unwrap().len();
+        let stats = client.stats().await.unwrap();
+        let leased = stats
+            .by_status
+            .iter()
+            .find(|(status, _)| *status == TaskStatus::Running)
+            .map_or(0, |(_, n)| *n);
+        (running == 5 && leased == HELD as u64).then_some(())
+    })
+    .await;
+    kill(&mut victim, &ledger).await;
+    let killed_us = chrono::Utc::now().timestamp_micros();
+    let mut survivor = spawn_worker_in(tenax(), &url, &ledger_path, "20ms", "2s");
+    let restarts = wait_for("every held task starts again", || async {
+        let executions = ledger.executions().await.unwrap();
+        let again: Vec<_> = executions
+            .into_iter()
+            .filter(|e| e.pid == survivor.id())
+            .collect();
+        (again.len() == HELD).then_some(again)
+    })
+    .await;
+    survivor.kill().unwrap();
+    survivor.wait().unwrap();
+    let ttl = Duration::from_secs(2);
+    let bound = ttl + (ttl / 6).mul_f64(1.2) + Duration::from_secs(2);
+    let slowest = restarts
+        .iter()
+        .map(|e| e.start_us)
+        .max()
+        .unwrap_or(killed_us);
+    eprintln!(
+        "{backend}: the last held task started again {:?} after the kill (bound {bound:?})",
+        Duration::from_micros((slowest - killed_us).max(0) as u64)
+    );
+    for e in &restarts {
+        let after = Duration::from_micros((e.start_us - killed_us).max(0) as u64);
+        assert!(
+            after <= bound,
+            "{} started again {after:?} after the kill (bound {bound:?})",
+            e.task_no
+        );
+    }
+    let report = ledger.check().await.unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+}
+
+macro_rules! per_backend {
+    ($($backend:ident),*) => {
+        $(
+            mod $backend {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn a_killed_workers_tasks_start_again_within_the_recovery_bound() {
+                    super::a_killed_workers_tasks_start_again_within_the_recovery_bound(
+                        stringify!($backend),
+                    )
+                    .await;
+                }
+            }
+        )*
+    };
+}
+
+per_backend!(sqlite, postgres, mysql);
