@@ -34,27 +34,33 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken)
         match renewed {
             Ok(renewed) => {
                 let deadline = shared.fence_after(sent);
+                {
+                    let held = shared.held();
+                    for lease in leases {
+                        let Some(entry) = held.get(&lease) else {
+                            continue; // finished meanwhile
+                        };
+                        if renewed.contains(&lease) {
+                            entry.deadline.send_replace(deadline);
+                        } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst)
+                            || entry
+                                .context
+                                .as_ref()
+                                .is_some_and(TaskContext::completion_committed)
+                        {
+                            debug!(task.id = %lease.id, "not renewed: its outcome was just written");
+                        } else {
+                            warn!(task.id = %lease.id, epoch = lease.epoch, "lease lost; stopping the handler");
+                            entry.lost.cancel();
+                        }
+                    }
+                }
+                // Asked after the deadlines moved: a slow answer fences nothing.
                 let cancels = cancel_requests(&shared, &renewed).await;
                 let held = shared.held();
-                for lease in leases {
-                    let Some(entry) = held.get(&lease) else {
-                        continue; // finished meanwhile
-                    };
-                    if renewed.contains(&lease) {
-                        entry.deadline.send_replace(deadline);
-                        if cancels.contains(&lease) {
-                            entry.cancel_requested.cancel();
-                        }
-                    } else if entry.finishing.load(std::sync::atomic::Ordering::SeqCst)
-                        || entry
-                            .context
-                            .as_ref()
-                            .is_some_and(TaskContext::completion_committed)
-                    {
-                        debug!(task.id = %lease.id, "not renewed: its outcome was just written");
-                    } else {
-                        warn!(task.id = %lease.id, epoch = lease.epoch, "lease lost; stopping the handler");
-                        entry.lost.cancel();
+                for lease in &cancels {
+                    if let Some(entry) = held.get(lease) {
+                        entry.cancel_requested.cancel();
                     }
                 }
             }

@@ -280,3 +280,141 @@ async fn dropping_a_running_worker_stops_its_handlers() {
     })
     .await;
 }
+
+/// A pool the worker shares with its handlers (a handler running its own queries on
+/// the storage's pool), each handler holding a connection for twice the lease.
+#[derive(Clone)]
+enum SharedPool {
+    Pg(tenax_storage::sqlx::PgPool),
+    MySql(tenax_storage::sqlx::MySqlPool),
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Hold {
+    ms: u64,
+}
+
+struct Hog {
+    pool: SharedPool,
+    fenced: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl tenax_core::Command for Hog {
+    const TYPE: &'static str = "HOG";
+    type Context = Hold;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        hold: Hold,
+        task: &tenax_core::TaskContext,
+    ) -> Result<(), tenax_core::CommandError> {
+        let held = async {
+            let sleep = tokio::time::sleep(Duration::from_millis(hold.ms));
+            match &self.pool {
+                SharedPool::Pg(pool) => {
+                    let _connection = pool.acquire().await;
+                    sleep.await;
+                }
+                SharedPool::MySql(pool) => {
+                    let _connection = pool.acquire().await;
+                    sleep.await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = held => Ok(()),
+            _ = task.cancellation().cancelled() => {
+                self.fenced.fetch_add(1, Ordering::SeqCst);
+                Err(tenax_core::CommandError::retryable("fenced"))
+            }
+        }
+    }
+}
+
+/// Handlers hold every pooled connection for twice the lease. Lease renewals have a
+/// connection of their own, so no heartbeat waits behind them: no handler is fenced,
+/// and each task succeeds on its first attempt.
+async fn a_pool_held_by_handlers_delays_no_heartbeat(
+    pool: SharedPool,
+    storage: std::sync::Arc<dyn tenax_storage::Storage>,
+) {
+    let fenced = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut registry = tenax_core::Registry::new();
+    registry
+        .register(Hog {
+            pool,
+            fenced: fenced.clone(),
+        })
+        .unwrap();
+    let config = WorkerConfig {
+        concurrency: 2,
+        ..WorkerConfig::fast(Duration::from_secs(2))
+    };
+    let client = tenax_runtime::Client::new(storage.clone());
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        tasks.push(
+            client
+                .enqueue::<Hog>(Hold { ms: 4_000 })
+                .await
+                .unwrap()
+                .task,
+        );
+    }
+    let worker = tenax_runtime::Worker::new(storage, registry, config).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    for task in &tasks {
+        let done = wait_for("the task to finish", || {
+            let client = client.clone();
+            async move {
+                client
+                    .get(&TaskRef::Id(task.id))
+                    .await
+                    .unwrap()
+                    .filter(|t| t.status.is_finished())
+            }
+        })
+        .await;
+        assert_eq!(done.status, TaskStatus::Succeeded, "{done:?}");
+        assert_eq!(done.attempt, 1, "one attempt, never fenced nor reaped");
+    }
+    assert_eq!(fenced.load(Ordering::SeqCst), 0, "a handler was fenced");
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_held_by_handlers_delays_no_heartbeat_on_postgres() {
+    let Some(h) = tenax_storage::testing::postgres_from_env().await else {
+        return;
+    };
+    let config = tenax_storage::postgres::PgConfig {
+        max_connections: 2,
+        acquire_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let storage = tenax_storage::postgres::PgStorage::connect_with(&h.url, &config)
+        .await
+        .unwrap();
+    let pool = SharedPool::Pg(storage.pool().clone());
+    a_pool_held_by_handlers_delays_no_heartbeat(pool, std::sync::Arc::new(storage)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_held_by_handlers_delays_no_heartbeat_on_mariadb() {
+    let Some(h) = tenax_storage::testing::mysql_from_env().await else {
+        return;
+    };
+    let config = tenax_storage::mysql::MySqlConfig {
+        max_connections: 2,
+        acquire_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let storage = tenax_storage::mysql::MySqlStorage::connect_with(&h.url, &config)
+        .await
+        .unwrap();
+    let pool = SharedPool::MySql(storage.pool().clone());
+    a_pool_held_by_handlers_delays_no_heartbeat(pool, std::sync::Arc::new(storage)).await;
+}

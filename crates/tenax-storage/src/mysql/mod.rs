@@ -110,7 +110,10 @@ const LOCK_CONFLICT_RETRIES: u32 = 5;
 /// Options of the MariaDB/MySQL backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MySqlConfig {
-    /// Pooled connections. Defaults to 10.
+    /// Pooled connections. Defaults to 10. The heartbeat (lease renewals and its
+    /// question about cancel requests) has one more of its own, opened at the first
+    /// beat, which nothing else takes: a pool held by handlers, claims and completions
+    /// never delays a heartbeat.
     pub max_connections: u32,
     /// How long a call waits for a pooled connection. Defaults to 10 seconds.
     pub acquire_timeout: Duration,
@@ -133,6 +136,9 @@ impl Default for MySqlConfig {
 #[derive(Debug, Clone)]
 pub struct MySqlStorage {
     pool: MySqlPool,
+    /// Lease renewals' own connection (see [`MySqlConfig::max_connections`]), which
+    /// also asks the heartbeat's question about cancel requests.
+    leases: MySqlPool,
     wake: watch::Sender<u64>,
 }
 
@@ -160,33 +166,37 @@ impl MySqlStorage {
 
     async fn connect_options(options: MySqlConnectOptions, config: &MySqlConfig) -> Result<Self> {
         let lock_wait_secs = config.lock_wait_timeout.as_secs().max(1);
-        let pool = crate::pool::options::<sqlx::MySql>()
-            .max_connections(config.max_connections.max(1))
-            .acquire_timeout(config.acquire_timeout)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // READ COMMITTED: locking reads see the latest committed rows, and
-                    // the claim's SKIP LOCKED does not keep gap locks.
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    // UTC, whatever the URL or the server says: sqlx encodes and decodes
-                    // DATETIME as UTC.
-                    conn.execute(
-                        format!(
-                            "SET time_zone = '+00:00', \
-                             SESSION innodb_lock_wait_timeout = {lock_wait_secs}"
+        let pool_options = || {
+            crate::pool::options::<sqlx::MySql>()
+                .acquire_timeout(config.acquire_timeout)
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        // READ COMMITTED: locking reads see the latest committed rows,
+                        // and the claim's SKIP LOCKED does not keep gap locks.
+                        conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                            .await?;
+                        // UTC, whatever the URL or the server says: sqlx encodes and
+                        // decodes DATETIME as UTC.
+                        conn.execute(
+                            format!(
+                                "SET time_zone = '+00:00', \
+                                 SESSION innodb_lock_wait_timeout = {lock_wait_secs}"
+                            )
+                            .as_str(),
                         )
-                        .as_str(),
-                    )
-                    .await?;
-                    Ok(())
+                        .await?;
+                        Ok(())
+                    })
                 })
-            })
-            .connect_with(options)
+        };
+        let pool = pool_options()
+            .max_connections(config.max_connections.max(1))
+            .connect_with(options.clone())
             .await
             .map_err(map_err)?;
+        let leases = pool_options().max_connections(1).connect_lazy_with(options);
         let (wake, _) = watch::channel(0);
-        Ok(Self { pool, wake })
+        Ok(Self { pool, leases, wake })
     }
 
     /// The connection pool, for callers that share the database (and for tests that
@@ -555,7 +565,7 @@ impl MySqlStorage {
     }
 
     async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.leases.begin().await.map_err(map_err)?;
         let now = clock(&mut tx, params.now).await?;
         // By id only, so the lock is taken through the primary key: a status condition
         // could lead the optimizer to scan (and wait for) other running tasks.
@@ -799,7 +809,7 @@ impl Storage for MySqlStorage {
     }
 
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
-        runtime::cancel_requested(&self.pool, params).await
+        runtime::cancel_requested(&self.leases, params).await
     }
 
     async fn schedule_upsert(

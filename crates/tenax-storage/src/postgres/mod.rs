@@ -84,7 +84,10 @@ pub const WAKE_CHANNEL: &str = "tenax_wake";
 /// Options of the PostgreSQL backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgConfig {
-    /// Pooled connections per process. Defaults to 10.
+    /// Pooled connections per process. Defaults to 10. The heartbeat (lease renewals
+    /// and its question about cancel requests) has one more of its own, opened at the
+    /// first beat, which nothing else takes: a pool held by handlers, claims and
+    /// completions never delays a heartbeat.
     pub max_connections: u32,
     /// Longest wait for a pooled connection. Defaults to 10 seconds.
     pub acquire_timeout: Duration,
@@ -110,6 +113,9 @@ impl Default for PgConfig {
 #[derive(Debug)]
 pub struct PgStorage {
     pool: PgPool,
+    /// Lease renewals' own connection (see [`PgConfig::max_connections`]), which also
+    /// asks the heartbeat's question about cancel requests.
+    leases: PgPool,
     schema: Option<String>,
     wake: watch::Sender<u64>,
     call_timeout: Duration,
@@ -194,12 +200,17 @@ impl PgStorage {
         let pool = crate::pool::options()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(config.acquire_timeout)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(map_err)?;
+        let leases = crate::pool::options()
+            .max_connections(1)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_lazy_with(options);
         let (wake, _) = watch::channel(0);
         let mut storage = Self {
             pool,
+            leases,
             schema,
             wake,
             call_timeout: config.call_timeout,
@@ -553,7 +564,7 @@ impl Storage for PgStorage {
             .bind(duration_ms(params.lease_ttl) as f64)
             .bind(&ids)
             .bind(&epochs)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.leases)
             .await
             .map_err(map_err)?;
             Ok(renewed
@@ -763,7 +774,7 @@ impl Storage for PgStorage {
     }
 
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
-        self.timed(runtime::cancel_requested(&self.pool, params))
+        self.timed(runtime::cancel_requested(&self.leases, params))
             .await
     }
 
