@@ -2,7 +2,7 @@
 //!
 //! Both are single conditional statements, so several workers running them at once is
 //! harmless: a task is reaped or deleted by exactly one of them. The reaper judges
-//! expiry on the database clock and watches that clock for steps ([`ClockWatch`]).
+//! expiry on the database clock and watches that clock for steps (`ClockWatch`).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ pub(crate) async fn jittered(interval: Duration, stop: &CancellationToken) -> bo
 /// Expiry is judged on the database clock, and the database clock can step: an NTP
 /// correction, or a failover to a server whose clock is wrong. Each pass therefore
 /// reads that clock first and checks it against its own monotonic clock
-/// ([`ClockWatch`]); the pass then reaps at the time it read, or not at all while a
+/// (`ClockWatch`); the pass then reaps at the time it read, or not at all while a
 /// step forward is being waited out.
 pub(crate) async fn reaper_loop(
     storage: Arc<dyn Storage>,
