@@ -5,7 +5,7 @@
 //! execution ledger must show no overlapping executions.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,14 +14,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use chrono::{DateTime, Utc};
 use tenax::storage::TaskListParams;
 use tenax::{Client, TaskStatus};
-use tenax_ledger::Ledger;
+use tenax_ledger::{Execution, Ledger};
 use tenax_torture::private_pg::{find_bindir, PrivatePostgres};
 
 /// Tasks enqueued; at about 10 ms each on 2 × 10 slots the run lasts a few seconds, so
 /// the outage lands in its middle.
 const TASKS: usize = 1500;
-/// How long the database stays down: longer than the workers' 2 s lease, so every
-/// lease held at the crash expires and every running handler must fence itself.
+/// How long the database stays down.
 const OUTAGE: Duration = Duration::from_secs(2);
 /// The first task must finish this soon after the database is back.
 const RESUME_WITHIN: Duration = Duration::from_secs(10);
@@ -35,7 +34,7 @@ struct Workers {
 }
 
 impl Workers {
-    fn spawn(count: usize, db: &str, ledger: &Path, dir: &Path) -> Self {
+    fn spawn(count: usize, db: &str, ledger: &Path, dir: &Path, lease: &str) -> Self {
         let mut workers = Self {
             children: Vec::new(),
             logs: Vec::new(),
@@ -45,7 +44,7 @@ impl Workers {
             let child = Command::new(env!("CARGO_BIN_EXE_tenax"))
                 .args(["--database-url", db, "worker"])
                 .args(["--command", "BANK_OPEN_ACCOUNT", "--concurrency", "10"])
-                .args(["--lease-ttl", "2s", "--poll-interval", "50ms"])
+                .args(["--lease-ttl", lease, "--poll-interval", "50ms"])
                 .args(["--bank-failure-rate", "0", "--bank-latency", "10ms"])
                 .arg("--ledger")
                 .arg(ledger)
@@ -210,10 +209,54 @@ fn private_postgres() -> Option<PrivatePostgres> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_ride_out_an_immediate_restart_of_their_database() {
-    let test_started = Instant::now();
-    let Some(mut pg) = tokio::task::block_in_place(private_postgres) else {
+    // Longer than the lease: every lease held at the crash expires and every running
+    // handler must fence itself.
+    ride_out("2s").await;
+}
+
+/// Each task whose handler succeeded and yet ran again: with a database stop shorter
+/// than the lease, none. (A handler stopped by its fence may run again: its task was
+/// not finished.)
+fn finished_then_run_again(executions: &[Execution]) -> Vec<String> {
+    let mut by_task: BTreeMap<&str, Vec<&Execution>> = BTreeMap::new();
+    for e in executions {
+        by_task.entry(e.task_no.as_str()).or_default().push(e);
+    }
+    by_task
+        .into_iter()
+        .filter(|(_, runs)| {
+            let last = runs.iter().map(|e| e.start_us).max().unwrap_or(0);
+            runs.iter()
+                .any(|e| e.outcome.as_deref() == Some("succeeded") && e.start_us < last)
+        })
+        .map(|(no, _)| no.to_owned())
+        .collect()
+}
+
+/// The database stops for 2 s under workers with 3 s leases. The heartbeat retries at
+/// once after a failure on a connection of its own, so it renews the leases within
+/// about 200 ms of the database's return, and no reaper takes a lease in the TTL after
+/// it: a task whose handler had finished has its outcome written, and never runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_stop_shorter_than_the_lease_re_runs_no_finished_task() {
+    let Some(executions) = ride_out("3s").await else {
         return;
     };
+    let again = finished_then_run_again(&executions);
+    assert!(
+        again.is_empty(),
+        "{} tasks ran again after their handler had succeeded: {again:?}",
+        again.len()
+    );
+}
+
+/// Workers with leases of `lease` ride out an immediate restart of their database
+/// ([`OUTAGE`] down): none exits, they resume within [`RESUME_WITHIN`], no task is lost
+/// and no two executions of a task overlap. The ledger's executions, or `None` when
+/// skipped.
+async fn ride_out(lease: &str) -> Option<Vec<Execution>> {
+    let test_started = Instant::now();
+    let mut pg = tokio::task::block_in_place(private_postgres)?;
     let db = pg.url();
     let dir = tempfile::tempdir().unwrap();
     let ledger_path = dir.path().join("ledger.db");
@@ -223,7 +266,7 @@ async fn workers_ride_out_an_immediate_restart_of_their_database() {
     assert_eq!(enqueued.len(), TASKS);
 
     let run_started = Instant::now();
-    let mut workers = Workers::spawn(2, &db, &ledger_path, dir.path());
+    let mut workers = Workers::spawn(2, &db, &ledger_path, dir.path(), lease);
 
     // About a third done: crash the database.
     let before = wait_for(
@@ -315,7 +358,7 @@ async fn workers_ride_out_an_immediate_restart_of_their_database() {
     assert!(report.open.is_empty(), "{report:#?}");
 
     println!(
-        "outage: {:?} down, {before}/{TASKS} succeeded before it; first finish {resume:?} after \
+        "outage, leases of {lease}: {:?} down, {before}/{TASKS} succeeded before it; first finish {resume:?} after \
          the database was back, first new execution {first_start_after:?} after; all done \
          {all_done:?} after; {retried} tasks took more than one attempt, {} executions for \
          {TASKS} tasks; {outage_warnings} warnings logged; run {:?}, test {:?}",
@@ -325,4 +368,5 @@ async fn workers_ride_out_an_immediate_restart_of_their_database() {
         test_started.elapsed(),
     );
     drop(pg);
+    Some(ledger.executions().await.unwrap())
 }

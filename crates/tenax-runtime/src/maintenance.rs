@@ -48,6 +48,7 @@ pub(crate) async fn reaper_loop(
             Ok(now) => now,
             Err(e) => {
                 warn!(error = %e, "reaper pass failed");
+                watch.unreachable();
                 continue;
             }
         };
@@ -78,7 +79,10 @@ pub(crate) async fn reaper_loop(
                 }
             }
             Ok(_) => {}
-            Err(e) => warn!(error = %e, "reaper pass failed"),
+            Err(e) => {
+                warn!(error = %e, "reaper pass failed");
+                watch.unreachable();
+            }
         }
     }
 }
@@ -126,6 +130,10 @@ pub(crate) enum ReapPass {
 /// cannot have been renewed since (a renewal grants one TTL from now), so it is reaped
 /// as expired.
 ///
+/// An outage stops every heartbeat of the fleet at once, so the leases that expired
+/// during it say nothing of their workers: once the database answers again after a
+/// failed pass, the reaper waits one TTL the same way, while the workers renew.
+///
 /// The TTL is this worker's: a fleet under one database shares it (a worker with a
 /// longer one may be reaped after a step while it still runs).
 #[derive(Debug)]
@@ -135,6 +143,8 @@ pub(crate) struct ClockWatch {
     last: Option<Sample>,
     hold_until: Option<Instant>,
     stepped_back: Option<StepBack>,
+    /// A pass failed since the last reading: the database may have been down.
+    unreached: bool,
 }
 
 /// A step back seen: when, and the database time just before it.
@@ -152,7 +162,14 @@ impl ClockWatch {
             last: None,
             hold_until: None,
             stepped_back: None,
+            unreached: false,
         }
+    }
+
+    /// A pass could not read the clock or reap: the next reading that succeeds holds
+    /// the reaper for a TTL.
+    pub(crate) fn unreachable(&mut self) {
+        self.unreached = true;
     }
 
     /// Takes in this pass's reading and says what the pass may reap.
@@ -189,6 +206,10 @@ impl ClockWatch {
                     });
                 }
             }
+        }
+        if std::mem::take(&mut self.unreached) {
+            info!("the database answers again; no lease is reaped for a lease TTL");
+            self.hold_until = Some(sample.after + self.lease_ttl);
         }
         self.last = Some(sample);
         if self.hold_until.is_some_and(|until| sample.after < until) {
@@ -326,6 +347,18 @@ mod tests {
             reaps_at(watch.observe(clocks.at(76.1, 3600.0))),
             Some(clocks.db_at(3676.1))
         );
+    }
+
+    #[test]
+    fn after_a_failed_pass_the_reaper_waits_one_ttl_once_the_database_answers() {
+        let clocks = Clocks::new();
+        let mut watch = ClockWatch::new(TTL);
+        watch.observe(clocks.at(0.0, 0.0));
+        assert!(reaps_at(watch.observe(clocks.at(31.0, 0.0))).is_some());
+        watch.unreachable();
+        assert_eq!(watch.observe(clocks.at(38.0, 0.0)), ReapPass::Hold);
+        assert_eq!(watch.observe(clocks.at(67.0, 0.0)), ReapPass::Hold);
+        assert!(reaps_at(watch.observe(clocks.at(68.1, 0.0))).is_some());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! being written) in one statement per beat. A lease missing from the answer was lost:
 //! its handler is stopped at once. A renewal moves each attempt's self-fencing deadline.
 use std::sync::Arc;
+use std::time::Duration;
 
 use tenax_core::TaskContext;
 use tenax_storage::{Lease, LeaseExtendParams};
@@ -11,12 +12,19 @@ use tracing::{debug, warn};
 
 use super::Shared;
 
+/// After a failed beat, the next one comes this soon (or at the heartbeat interval, if
+/// that is sooner): a worker renews its leases within about this long of its database's
+/// return, before they can expire.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
 pub(super) async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut wait = shared.config.heartbeat_interval;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = sleep(shared.config.heartbeat_interval) => {}
+            _ = sleep(wait) => {}
         }
+        wait = shared.config.heartbeat_interval;
         crate::metrics::heartbeat();
         let leases: Vec<Lease> = shared.held().keys().copied().collect();
         if leases.is_empty() {
@@ -66,7 +74,10 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken)
             }
             // Deadlines stay where they are: if renewals keep failing, the executors
             // fence themselves before the leases expire.
-            Err(e) => warn!(worker = %shared.id, error = %e, "heartbeat failed"),
+            Err(e) => {
+                warn!(worker = %shared.id, error = %e, "heartbeat failed");
+                wait = wait.min(RETRY_AFTER_FAILURE);
+            }
         }
     }
 }

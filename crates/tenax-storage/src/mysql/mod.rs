@@ -166,9 +166,9 @@ impl MySqlStorage {
 
     async fn connect_options(options: MySqlConnectOptions, config: &MySqlConfig) -> Result<Self> {
         let lock_wait_secs = config.lock_wait_timeout.as_secs().max(1);
-        let pool_options = || {
+        let pool_options = |acquire_timeout| {
             crate::pool::options::<sqlx::MySql>()
-                .acquire_timeout(config.acquire_timeout)
+                .acquire_timeout(acquire_timeout)
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         // READ COMMITTED: locking reads see the latest committed rows,
@@ -189,12 +189,18 @@ impl MySqlStorage {
                     })
                 })
         };
-        let pool = pool_options()
+        let pool = pool_options(config.acquire_timeout)
             .max_connections(config.max_connections.max(1))
             .connect_with(options.clone())
             .await
             .map_err(map_err)?;
-        let leases = pool_options().max_connections(1).connect_lazy_with(options);
+        let leases = pool_options(
+            config
+                .acquire_timeout
+                .min(crate::pool::LEASE_ACQUIRE_TIMEOUT),
+        )
+        .max_connections(1)
+        .connect_lazy_with(options);
         let (wake, _) = watch::channel(0);
         Ok(Self { pool, leases, wake })
     }

@@ -205,7 +205,11 @@ impl PgStorage {
             .map_err(map_err)?;
         let leases = crate::pool::options()
             .max_connections(1)
-            .acquire_timeout(config.acquire_timeout)
+            .acquire_timeout(
+                config
+                    .acquire_timeout
+                    .min(crate::pool::LEASE_ACQUIRE_TIMEOUT),
+            )
             .connect_lazy_with(options);
         let (wake, _) = watch::channel(0);
         let mut storage = Self {
