@@ -180,7 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Commands::Serve(args) => {
             init_tracing("info");
-            serve::run(&database_url, &file, args).await
+            serve::run(&database_url, &file, file_path.as_deref(), args).await
         }
         Commands::Token(command) => serve::token(command),
         Commands::Reference { which } => {

@@ -87,10 +87,12 @@ impl ServeArgs {
     }
 }
 
-/// Run the API (and a worker) until Ctrl-C or SIGTERM, then stop both gracefully.
+/// Run the API (and a worker) until Ctrl-C or SIGTERM, then stop both gracefully. On
+/// SIGHUP, the tokens are read again from the configuration file at `file_path`.
 pub(crate) async fn run(
     database_url: &str,
     file: &FileConfig,
+    file_path: Option<&std::path::Path>,
     args: ServeArgs,
 ) -> anyhow::Result<()> {
     let kinds = Kinds::from_file(file)?;
@@ -102,6 +104,10 @@ pub(crate) async fn run(
     }
     let storage = tenax::storage::connect(database_url).await?;
     let shutdown = worker::shutdown_on_signal();
+    // Listened for before the address is printed: a SIGHUP that comes before the
+    // handler would end the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -109,6 +115,12 @@ pub(crate) async fn run(
     println!("listening on http://{addr}");
     tracing::info!(%addr, workers = !args.no_workers, "serving the HTTP API");
     let state = AppState::with_shutdown(storage.clone(), config, shutdown.clone());
+    tokio::spawn(reload_tokens_on_hangup(
+        hangups,
+        state.clone(),
+        file_path.map(ToOwned::to_owned),
+        shutdown.clone(),
+    ));
     let mut api = tokio::spawn(tenax_server::serve(listener, state, shutdown.clone()));
     if args.no_workers {
         // The stream needs positions given somewhere: this node takes part in that.
@@ -215,6 +227,41 @@ pub(crate) fn reference() -> Vec<Key> {
         key("server.batch_max", "", "", d.batch_max.to_string(),
             "Most tasks in one `POST /v1/tasks/batch`."),
     ]
+}
+
+/// On each SIGHUP, read `[[server.tokens]]` from the configuration file again and
+/// accept exactly those from the next request on. A file that cannot be read or
+/// parsed, or tokens that do not pass the checks, change nothing: the error is logged
+/// and the tokens in force stay.
+async fn reload_tokens_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    state: AppState,
+    path: Option<std::path::PathBuf>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            received = hangups.recv() => if received.is_none() { return },
+        }
+        let Some(path) = &path else {
+            tracing::warn!("SIGHUP: no configuration file to read tokens from; nothing changed");
+            continue;
+        };
+        let reloaded = crate::config::load(Some(path)).and_then(|(file, _)| {
+            state
+                .reload_tokens(&file.server.tokens)
+                .map_err(anyhow::Error::from)
+        });
+        match reloaded {
+            Ok(n) => tracing::info!(tokens = n, file = %path.display(), "SIGHUP: tokens reloaded"),
+            Err(e) => tracing::error!(
+                error = format!("{e:#}"),
+                file = %path.display(),
+                "SIGHUP: tokens not reloaded; the previous ones stay in force"
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

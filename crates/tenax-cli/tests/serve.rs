@@ -60,9 +60,14 @@ fn start(dir: &Path) -> Server {
         ),
     )
     .unwrap();
+    start_with(dir, &config)
+}
+
+/// `tenax serve` with the configuration file `config`, on SQLite in `dir`.
+fn start_with(dir: &Path, config: &Path) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenax"))
         .arg("--config")
-        .arg(&config)
+        .arg(config)
         .arg("--database-url")
         .arg(format!("sqlite://{}", dir.join("tenax.db").display()))
         .args([
@@ -364,4 +369,127 @@ async fn every_way_in_stores_the_same_task_defaults() {
         );
         assert_eq!(got, want, "the defaults of a task enqueued by {way}");
     }
+}
+
+/// The configuration of a server whose only tokens are `tokens` (name, token; role
+/// read).
+fn with_read_tokens(tokens: &[(&str, &str)]) -> String {
+    let mut text = "[server]\ncommand_types = [\"echo\"]\n".to_owned();
+    for (name, token) in tokens {
+        text.push_str(&format!(
+            "[[server.tokens]]\nname = \"{name}\"\nrole = \"read\"\nsha256 = \"{}\"\n",
+            tenax_server::hash_token(token)
+        ));
+    }
+    text
+}
+
+fn hang_up(server: &Server) {
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A token rotation as an operator runs it, each step a SIGHUP after an edit of the
+/// file: add the new token, move the client to it, remove the old one. A client
+/// reading without pause all along is never refused; at the end only the new token is
+/// accepted. A file that cannot be read, or that would remove every token, changes
+/// nothing.
+#[test]
+fn tokens_rotate_on_sighup_with_no_request_refused() {
+    const OLD: &str = "tnx_rotation_old_token";
+    const NEW: &str = "tnx_rotation_new_token";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tenax.toml");
+    let write = |text: &str| std::fs::write(&config, text).unwrap();
+    write(&with_read_tokens(&[("old", OLD)]));
+    let server = start_with(dir.path(), &config);
+    let addr = server.addr.clone();
+    let status = |token: &str| http(&addr, "GET", "/v1/tasks", Some(token), "").0;
+    assert_eq!(status(OLD), 200);
+    assert_eq!(status(NEW), 401);
+
+    let current = std::sync::Arc::new(std::sync::Mutex::new(OLD));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let (addr, current, sent, done) =
+            (addr.clone(), current.clone(), sent.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut refused = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let token = *current.lock().unwrap();
+                let (status, body) = http(&addr, "GET", "/v1/tasks", Some(token), "");
+                if status != 200 {
+                    refused.push(format!("{token}: {status} {body}"));
+                }
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            refused
+        })
+    };
+    // Each step lets the client send a few more requests before the next.
+    let a_few_more = || {
+        let from = sent.load(std::sync::atomic::Ordering::SeqCst);
+        wait_until("the client to go on", || {
+            sent.load(std::sync::atomic::Ordering::SeqCst) >= from + 5
+        });
+    };
+    a_few_more();
+    // 1. Add the new token.
+    write(&with_read_tokens(&[("old", OLD), ("new", NEW)]));
+    hang_up(&server);
+    wait_until("the new token to be accepted", || status(NEW) == 200);
+    a_few_more();
+    // 2. Move the client.
+    *current.lock().unwrap() = NEW;
+    a_few_more();
+    // 3. Remove the old token.
+    write(&with_read_tokens(&[("new", NEW)]));
+    hang_up(&server);
+    wait_until("the old token to be refused", || status(OLD) == 401);
+    a_few_more();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = client.join().unwrap();
+    assert!(
+        refused.is_empty(),
+        "refused during the rotation: {refused:?}"
+    );
+    eprintln!(
+        "rotation: {} requests, none refused",
+        sent.load(std::sync::atomic::Ordering::SeqCst)
+    );
+
+    // A file that does not parse, then one without tokens: each is refused, logged, and
+    // the tokens in force stay.
+    let log = dir.path().join("serve.log");
+    let refusals = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("tokens not reloaded")
+            .count()
+    };
+    write("[server\n");
+    hang_up(&server);
+    wait_until("the broken file to be refused", || refusals() == 1);
+    write(&with_read_tokens(&[]));
+    hang_up(&server);
+    wait_until("the file without tokens to be refused", || refusals() == 2);
+    assert_eq!(status(NEW), 200);
+    assert_eq!(status(OLD), 401);
+    assert_eq!(
+        http(&addr, "GET", "/v1/tasks", None, "").0,
+        401,
+        "authentication stays on"
+    );
 }

@@ -84,7 +84,7 @@ impl Caller {
     /// The name a task this caller enqueues is stored under: its token's name, or
     /// `None` on a server without tokens (whose callers are all `anonymous`).
     pub(crate) fn enqueuer(&self, state: &AppState) -> Option<String> {
-        (!state.inner.tokens.is_empty()).then(|| self.name.clone())
+        (!state.tokens().is_empty()).then(|| self.name.clone())
     }
 }
 
@@ -168,7 +168,8 @@ pub(crate) async fn require_token(
             "more than one Authorization header: send exactly one",
         ));
     }
-    let caller = if state.inner.tokens.is_empty() {
+    let tokens = state.tokens();
+    let caller = if tokens.is_empty() {
         Caller {
             name: "anonymous".to_owned(),
             role: Role::Admin,
@@ -189,7 +190,7 @@ pub(crate) async fn require_token(
                 "missing bearer token: send `Authorization: Bearer <token>`",
             ));
         };
-        match state.inner.tokens.find(token) {
+        match tokens.find(token) {
             Some(caller) => caller,
             None => return Err(ApiError::unauthorized("the bearer token is not valid")),
         }

@@ -128,39 +128,7 @@ impl ServerConfig {
             tenax_core::validate_command_type(t)
                 .map_err(|e| err("command_types", format!("{t:?}: {e}")))?;
         }
-        let mut names = BTreeSet::new();
-        let mut hashes = BTreeSet::new();
-        for (i, token) in self.tokens.iter().enumerate() {
-            let key = format!("tokens[{i}]");
-            if token.name.trim().is_empty() || token.name.len() > 100 {
-                return Err(err(key, "name must be 1 to 100 characters"));
-            }
-            let hash = token.sha256.to_ascii_lowercase();
-            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(err(
-                    format!("{key}.sha256"),
-                    format!(
-                        "token {:?}: expected 64 hex digits (the SHA-256 that `tenax token new` prints), never the token itself",
-                        token.name
-                    ),
-                ));
-            }
-            if !names.insert(token.name.clone()) {
-                return Err(err(
-                    key,
-                    format!(
-                        "two tokens are named {:?}: names identify actors in the audit trail",
-                        token.name
-                    ),
-                ));
-            }
-            if !hashes.insert(hash) {
-                return Err(err(
-                    key,
-                    format!("token {:?} repeats the hash of another token", token.name),
-                ));
-            }
-        }
+        validate_tokens(&self.tokens)?;
         if self.tokens.is_empty() {
             if !self.listen.ip().is_loopback() {
                 return Err(err(
@@ -198,4 +166,43 @@ impl ServerConfig {
         }
         Ok(warnings)
     }
+}
+
+/// Check `[[server.tokens]]`: names of 1 to 100 characters, each unique, and hashes of
+/// 64 hex digits, each unique.
+pub(crate) fn validate_tokens(tokens: &[TokenConfig]) -> Result<(), ConfigError> {
+    let mut names = BTreeSet::new();
+    let mut hashes = BTreeSet::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let key = format!("tokens[{i}]");
+        if token.name.trim().is_empty() || token.name.len() > 100 {
+            return Err(err(key, "name must be 1 to 100 characters"));
+        }
+        let hash = token.sha256.to_ascii_lowercase();
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(err(
+                format!("{key}.sha256"),
+                format!(
+                    "token {:?}: expected 64 hex digits (the SHA-256 that `tenax token new` prints), never the token itself",
+                    token.name
+                ),
+            ));
+        }
+        if !names.insert(token.name.clone()) {
+            return Err(err(
+                key,
+                format!(
+                    "two tokens are named {:?}: names identify actors in the audit trail",
+                    token.name
+                ),
+            ));
+        }
+        if !hashes.insert(hash) {
+            return Err(err(
+                key,
+                format!("token {:?} repeats the hash of another token", token.name),
+            ));
+        }
+    }
+    Ok(())
 }

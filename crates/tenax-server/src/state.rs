@@ -1,12 +1,12 @@
 //! What every handler shares.
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tenax::storage::Storage;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Tokens;
-use crate::config::ServerConfig;
+use crate::config::{ConfigError, ServerConfig, TokenConfig};
 use crate::error::ApiError;
 use crate::pressure::PendingCache;
 
@@ -19,7 +19,8 @@ pub struct AppState {
 pub(crate) struct Inner {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) config: ServerConfig,
-    pub(crate) tokens: Tokens,
+    /// Read by every request; swapped whole by [`AppState::reload_tokens`].
+    tokens: RwLock<Arc<Tokens>>,
     pub(crate) pending: PendingCache,
     pub(crate) shutdown: CancellationToken,
 }
@@ -47,7 +48,7 @@ impl AppState {
         config: ServerConfig,
         shutdown: CancellationToken,
     ) -> Self {
-        let tokens = Tokens::new(&config.tokens);
+        let tokens = RwLock::new(Arc::new(Tokens::new(&config.tokens)));
         Self {
             inner: Arc::new(Inner {
                 storage,
@@ -59,9 +60,49 @@ impl AppState {
         }
     }
 
-    /// The configuration.
+    /// The configuration it was started with (its tokens as they were then; see
+    /// [`AppState::reload_tokens`]).
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// Replace the accepted tokens, for every request that starts from now on (a
+    /// request in flight keeps the caller it was admitted as). For a rotation: add the
+    /// new token, move the clients to it, then remove the old one, each step a reload,
+    /// and no request is refused. Returns how many tokens are now accepted.
+    ///
+    /// The list is checked as at start (unique names and hashes, 64 hex digits); on an
+    /// error nothing changes. A server started with tokens keeps requiring one: an
+    /// empty list is refused, since it would open every route to anyone (restart
+    /// without tokens for that), and so is a first token on a server started without.
+    pub fn reload_tokens(&self, tokens: &[TokenConfig]) -> Result<usize, ConfigError> {
+        crate::config::validate_tokens(tokens)?;
+        let started_with = !self.inner.config.tokens.is_empty();
+        let reloaded_with = !tokens.is_empty();
+        if started_with != reloaded_with {
+            return Err(ConfigError {
+                key: "tokens".into(),
+                reason: if started_with {
+                    "a reload cannot remove every token: that would accept every request \
+                     unauthenticated; restart the server for that"
+                        .into()
+                } else {
+                    "this server was started without tokens: restart it to require them".into()
+                },
+            });
+        }
+        let next = Arc::new(Tokens::new(tokens));
+        *self.inner.tokens.write().unwrap_or_else(|e| e.into_inner()) = next;
+        Ok(tokens.len())
+    }
+
+    /// The tokens accepted now.
+    pub(crate) fn tokens(&self) -> Arc<Tokens> {
+        self.inner
+            .tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn storage(&self) -> &Arc<dyn Storage> {
