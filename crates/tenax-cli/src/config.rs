@@ -121,6 +121,7 @@ pub(crate) struct WorkerFile {
     #[serde(default, deserialize_with = "duration")]
     pub(crate) scheduler_interval: Option<Duration>,
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    pub(crate) metrics_require_token: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) metrics_sample_interval: Option<Duration>,
 }
@@ -310,6 +311,13 @@ fn worker_reference() -> Vec<Key> {
             "--metrics-addr",
             "none (no metrics)".into(),
             "Serve Prometheus metrics on this address (for example `127.0.0.1:9464`); see `docs/reference/metrics.md`.",
+        ),
+        key(
+            "worker.metrics_require_token",
+            "",
+            "",
+            "false".into(),
+            "Answer a scrape of `metrics_addr` only with `Authorization: Bearer <token>`, a token of `[[server.tokens]]` with role `read` or `admin` (401 without one, 403 for role `enqueue`).",
         ),
         key(
             "worker.metrics_sample_interval",

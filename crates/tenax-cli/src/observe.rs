@@ -143,22 +143,56 @@ mod otel {
 }
 
 /// Install the Prometheus recorder for this process and serve it on `addr` (the
-/// exposition is at any path, `/metrics` by convention). Every Tenax metric is
-/// described, histograms use Tenax's buckets.
-pub(crate) fn serve_metrics(addr: SocketAddr) -> anyhow::Result<PrometheusHandle> {
-    let (recorder, exporter) = tenax::metrics::prometheus_builder()?
-        .with_http_listener(addr)
-        .build()
-        .with_context(|| format!("cannot serve metrics on {addr}"))?;
-    let handle = recorder.handle();
-    metrics::set_global_recorder(recorder)
-        .map_err(|e| anyhow::anyhow!("a metrics recorder is already installed: {e}"))?;
-    tenax::metrics::describe();
-    tokio::spawn(async move {
-        if let Err(e) = exporter.await {
-            error!(error = ?e, "the metrics listener stopped");
+/// exposition is at any path, `/metrics` by convention), to anyone, or with `tokens`
+/// only to a bearer of one whose role may read. Every Tenax metric is described,
+/// histograms use Tenax's buckets.
+pub(crate) fn serve_metrics(
+    addr: SocketAddr,
+    tokens: Option<Vec<tenax_server::TokenConfig>>,
+) -> anyhow::Result<PrometheusHandle> {
+    let builder = tenax::metrics::prometheus_builder()?;
+    let handle = match tokens {
+        None => {
+            let (recorder, exporter) = builder
+                .with_http_listener(addr)
+                .build()
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder)
+                .map_err(|e| anyhow::anyhow!("a metrics recorder is already installed: {e}"))?;
+            tokio::spawn(async move {
+                if let Err(e) = exporter.await {
+                    error!(error = ?e, "the metrics listener stopped");
+                }
+            });
+            handle
         }
-    });
+        Some(tokens) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(tokio::net::TcpListener::from_std)
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder)
+                .map_err(|e| anyhow::anyhow!("a metrics recorder is already installed: {e}"))?;
+            let render = handle.clone();
+            tokio::spawn(async move {
+                let served = tenax_server::serve_metrics(
+                    listener,
+                    move || render.render(),
+                    &tokens,
+                    tokio_util::sync::CancellationToken::new(),
+                )
+                .await;
+                if let Err(e) = served {
+                    error!(error = ?e, "the metrics listener stopped");
+                }
+            });
+            handle
+        }
+    };
+    tenax::metrics::describe();
     // Keeps the recorder's histogram storage bounded between scrapes.
     let upkeep = handle.clone();
     tokio::spawn(async move {

@@ -99,6 +99,7 @@ pub(crate) async fn run(
     let (config, warnings) = args.server_config(&file.server, &kinds)?;
     // Check the worker settings before binding, so a bad file fails fast.
     args.worker.config(&file.worker)?;
+    let metrics_tokens = args.worker.metrics_tokens(file)?;
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
@@ -133,7 +134,15 @@ pub(crate) async fn run(
     let worker_file = file.worker.clone();
     let worker_shutdown = shutdown.clone();
     let mut worker = tokio::spawn(async move {
-        worker::run_on(storage, &worker_file, &kinds, args.worker, worker_shutdown).await
+        worker::run_on(
+            storage,
+            &worker_file,
+            metrics_tokens,
+            &kinds,
+            args.worker,
+            worker_shutdown,
+        )
+        .await
     });
     // Whichever stops first (a signal stops both) stops the other.
     let (api_result, worker_result) = tokio::select! {

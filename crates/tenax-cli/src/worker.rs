@@ -147,6 +147,30 @@ impl WorkerArgs {
         Ok(self.metrics_addr.or(file.metrics_addr))
     }
 
+    /// The tokens a scrape of the metrics address needs (`worker.metrics_require_token`):
+    /// every `[[server.tokens]]`, of which at least one may read; `None` when the
+    /// metrics are open.
+    pub(crate) fn metrics_tokens(
+        &self,
+        file: &crate::config::FileConfig,
+    ) -> anyhow::Result<Option<Vec<tenax_server::TokenConfig>>> {
+        if !file.worker.metrics_require_token.unwrap_or(false) {
+            return Ok(None);
+        }
+        let readers = file
+            .server
+            .tokens
+            .iter()
+            .filter(|t| t.role.may(tenax_server::Access::Read))
+            .count();
+        if readers == 0 {
+            anyhow::bail!(
+                "worker.metrics_require_token: no [[server.tokens]] with role read or admin could scrape the metrics (see `tenax token new`)"
+            );
+        }
+        Ok(Some(file.server.tokens.clone()))
+    }
+
     /// Time between two database samples.
     pub(crate) fn metrics_sample_interval(
         &self,
@@ -193,15 +217,26 @@ pub(crate) async fn run(
     args: WorkerArgs,
 ) -> anyhow::Result<()> {
     let kinds = crate::kinds::Kinds::from_file(file)?;
+    let metrics_tokens = args.metrics_tokens(file)?;
     let storage = tenax::storage::connect(database_url).await?;
-    run_on(storage, &file.worker, &kinds, args, shutdown_on_signal()).await
+    run_on(
+        storage,
+        &file.worker,
+        metrics_tokens,
+        &kinds,
+        args,
+        shutdown_on_signal(),
+    )
+    .await
 }
 
 /// Run a worker on an open storage until `shutdown` is cancelled (`tenax serve` shares
-/// its storage with the API, so an enqueue wakes the worker at once).
+/// its storage with the API, so an enqueue wakes the worker at once). A scrape of its
+/// metrics needs one of `metrics_tokens`, if any.
 pub(crate) async fn run_on(
     mut storage: Arc<dyn tenax::storage::Storage>,
     file: &crate::config::WorkerFile,
+    metrics_tokens: Option<Vec<tenax_server::TokenConfig>>,
     kinds: &crate::kinds::Kinds,
     args: WorkerArgs,
     shutdown: CancellationToken,
@@ -214,7 +249,7 @@ pub(crate) async fn run_on(
     let sample_interval = args.metrics_sample_interval(file)?;
     let sampler = CancellationToken::new();
     if let Some(addr) = metrics_addr {
-        crate::observe::serve_metrics(addr)?;
+        crate::observe::serve_metrics(addr, metrics_tokens)?;
         tracing::info!(%addr, "serving Prometheus metrics");
         storage = tenax::metrics::instrument(storage);
         tokio::spawn(tenax::metrics::sampler_loop(

@@ -480,3 +480,99 @@ async fn spans_are_exported_over_otlp_when_an_endpoint_is_set() {
         }
     }
 }
+
+/// The status line and body of a GET with an optional bearer token.
+fn get_with_token(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response.get(9..12)?.parse().ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Some((status, body))
+}
+
+/// With `worker.metrics_require_token`, a scrape needs a token of `[[server.tokens]]`
+/// whose role may read: 401 without one or with a wrong one, 403 for an enqueue
+/// token, the exposition for a read or admin token. A file that requires a token but
+/// has none that may read is refused at start.
+#[test]
+fn metrics_behind_a_token_answer_only_a_reader() {
+    const READ: &str = "tnx_metrics_read_token";
+    const ENQUEUE: &str = "tnx_metrics_enqueue_token";
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let config = dir.path().join("tenax.toml");
+    let token = |name: &str, role: &str, token: &str| {
+        format!(
+            "[[server.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{}\"\n",
+            tenax_server::hash_token(token)
+        )
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "[worker]\nmetrics_require_token = true\n{}{}",
+            token("prometheus", "read", READ),
+            token("shop", "enqueue", ENQUEUE)
+        ),
+    )
+    .unwrap();
+    let metrics_addr = free_addr();
+    let mut command = worker(&url, &["--metrics-addr", &metrics_addr.to_string()]);
+    let _worker = Running(
+        command
+            .arg("--config")
+            .arg(&config)
+            .env("TENAX_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tenax worker"),
+    );
+    let exposition = wait_for("the worker's metrics", Duration::from_secs(30), || {
+        get_with_token(metrics_addr, "/metrics", Some(READ))
+            .filter(|(status, body)| *status == 200 && body.contains("tenax_"))
+            .map(|(_, body)| body)
+    });
+    assert!(exposition.contains("# TYPE"), "{exposition}");
+    let status = |token| get_with_token(metrics_addr, "/metrics", token).unwrap().0;
+    assert_eq!(status(None), 401);
+    assert_eq!(status(Some("tnx_not_a_token")), 401);
+    assert_eq!(status(Some(ENQUEUE)), 403);
+
+    // Required, and no token that may read: refused before it starts.
+    std::fs::write(
+        &config,
+        format!(
+            "[worker]\nmetrics_require_token = true\n{}",
+            token("shop", "enqueue", ENQUEUE)
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .arg("--config")
+        .arg(&config)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("worker.metrics_require_token"), "{stderr}");
+}

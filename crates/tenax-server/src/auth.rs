@@ -113,7 +113,7 @@ impl Tokens {
 
     /// The caller a presented token belongs to. Every configured hash is compared, in
     /// constant time, whatever matches first.
-    fn find(&self, token: &str) -> Option<Caller> {
+    pub(crate) fn find(&self, token: &str) -> Option<Caller> {
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
         for (hash, name, role) in &self.entries {
@@ -126,6 +126,19 @@ impl Tokens {
         }
         found
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header, if there is one.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 /// The access class of a matched route (unknown routes need admin).
@@ -175,17 +188,7 @@ pub(crate) async fn require_token(
             role: Role::Admin,
         }
     } else {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty());
-        let Some(token) = presented else {
+        let Some(token) = bearer(request.headers()) else {
             return Err(ApiError::unauthorized(
                 "missing bearer token: send `Authorization: Bearer <token>`",
             ));
