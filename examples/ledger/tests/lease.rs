@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use example_ledger::{Backend, Enqueued, Entry, PostEntry};
 use tenax::storage::{TaskClaimParams, TaskReapParams, TaskRef};
 use tenax::{
-    AttemptOutcome, Client, Command, CommandError, TaskContext, TaskKind, TaskRecord, TaskStatus,
-    Worker, WorkerConfig,
+    AttemptOutcome, Client, Command, CommandError, ExecutionHook, ExecutionOutcome, HookFuture,
+    TaskContext, TaskKind, TaskRecord, TaskStatus, Worker, WorkerConfig,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -140,7 +140,8 @@ async fn a_stale_owner_commits_nothing(backend: &str) {
     let history = client.attempts(done.id).await.unwrap();
     assert_eq!(
         history.iter().map(|a| a.outcome).collect::<Vec<_>>(),
-        vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Succeeded]
+        vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Succeeded],
+        "{history:#?}"
     );
     println!("{backend}: stale owner refused, new owner's row is the only one: {rows:?}");
 }
@@ -156,6 +157,21 @@ fn config(reaper: bool) -> WorkerConfig {
         // Long enough that the lease, not the shutdown, ends the stalled attempt.
         shutdown_grace: Duration::from_secs(60),
         ..WorkerConfig::default()
+    }
+}
+
+/// Counts handler starts: a task the worker holds may still be waiting in its buffer.
+#[derive(Default)]
+struct Starts(std::sync::atomic::AtomicUsize);
+
+impl ExecutionHook for Starts {
+    fn before<'a>(&'a self, _: &'a TaskContext) -> HookFuture<'a> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async {})
+    }
+
+    fn after<'a>(&'a self, _: &'a TaskContext, _: ExecutionOutcome) -> HookFuture<'a> {
+        Box::pin(async {})
     }
 }
 
@@ -196,11 +212,16 @@ async fn a_holder_that_loses_its_lease_mid_transaction_rolls_back(backend: &str)
         config(false),
     )
     .unwrap();
+    let starts = std::sync::Arc::new(Starts::default());
+    let first = first.with_hook(starts.clone());
     let stop_first = CancellationToken::new();
     let first = tokio::spawn(first.run(stop_first.clone()));
-    let started = wait_for("the first worker claims the task", async || {
+    // Its handler started: a task still in the buffer would be handed back at the stop
+    // below, and nothing would stall.
+    let started = wait_for("the first worker starts the handler", async || {
         let t = task(&client, "POST-STALL").await;
-        (t.status == TaskStatus::Running).then_some(t)
+        (t.status == TaskStatus::Running && starts.0.load(std::sync::atomic::Ordering::SeqCst) == 1)
+            .then_some(t)
     })
     .await;
     // It claims nothing more; its stalled attempt runs on until its lease ends it.
@@ -234,7 +255,8 @@ async fn a_holder_that_loses_its_lease_mid_transaction_rolls_back(backend: &str)
     let history = client.attempts(done.id).await.unwrap();
     assert_eq!(
         history.iter().map(|a| a.outcome).collect::<Vec<_>>(),
-        vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Succeeded]
+        vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Succeeded],
+        "{history:#?}"
     );
     println!(
         "{backend}: the stalled attempt (epoch {}) rolled back; rows {rows:?}",
