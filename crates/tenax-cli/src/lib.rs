@@ -310,7 +310,7 @@ fn resolve(file: &config::FileConfig, serve_args: &serve::ServeArgs) -> anyhow::
         ..serve_args.worker.config(&file.worker)?
     };
     // Checked only: a scrape's tokens are those of [[server.tokens]].
-    serve_args.worker.metrics_tokens(file)?;
+    worker::metrics_tokens(file)?;
     Ok(Resolved {
         kinds,
         server,

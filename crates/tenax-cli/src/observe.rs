@@ -142,6 +142,9 @@ mod otel {
     }
 }
 
+/// A metrics listener running until it fails.
+type Serving = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
 /// Install the Prometheus recorder for this process and serve it on `addr` (the
 /// exposition is at any path, `/metrics` by convention), to anyone, or with `tokens`
 /// only to a bearer of one whose role may read. Every Tenax metric is described,
@@ -151,47 +154,47 @@ pub(crate) fn serve_metrics(
     tokens: Option<Vec<tenax_server::TokenConfig>>,
 ) -> anyhow::Result<PrometheusHandle> {
     let builder = tenax::metrics::prometheus_builder()?;
-    let handle = match tokens {
+    let cannot_serve = || format!("cannot serve metrics on {addr}");
+    // The recorder, and the listener that serves what it renders.
+    let (recorder, served): (_, Serving) = match tokens {
         None => {
             let (recorder, exporter) = builder
                 .with_http_listener(addr)
                 .build()
-                .with_context(|| format!("cannot serve metrics on {addr}"))?;
-            let handle = recorder.handle();
-            metrics::set_global_recorder(recorder)
-                .map_err(|e| anyhow::anyhow!("a metrics recorder is already installed: {e}"))?;
-            tokio::spawn(async move {
-                if let Err(e) = exporter.await {
-                    error!(error = ?e, "the metrics listener stopped");
-                }
-            });
-            handle
+                .with_context(cannot_serve)?;
+            (
+                recorder,
+                Box::pin(async move { exporter.await.map_err(|e| format!("{e:?}")) }),
+            )
         }
         Some(tokens) => {
             let listener = std::net::TcpListener::bind(addr)
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .and_then(tokio::net::TcpListener::from_std)
-                .with_context(|| format!("cannot serve metrics on {addr}"))?;
+                .with_context(cannot_serve)?;
             let recorder = builder.build_recorder();
-            let handle = recorder.handle();
-            metrics::set_global_recorder(recorder)
-                .map_err(|e| anyhow::anyhow!("a metrics recorder is already installed: {e}"))?;
-            let render = handle.clone();
-            tokio::spawn(async move {
-                let served = tenax_server::serve_metrics(
+            let render = recorder.handle();
+            let served = async move {
+                tenax_server::serve_metrics(
                     listener,
                     move || render.render(),
                     &tokens,
                     tokio_util::sync::CancellationToken::new(),
                 )
-                .await;
-                if let Err(e) = served {
-                    error!(error = ?e, "the metrics listener stopped");
-                }
-            });
-            handle
+                .await
+                .map_err(|e| e.to_string())
+            };
+            (recorder, Box::pin(served))
         }
     };
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| anyhow::anyhow!("a metrics recorder is already installed: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = served.await {
+            error!(error = %e, "the metrics listener stopped");
+        }
+    });
     tenax::metrics::describe();
     // Keeps the recorder's histogram storage bounded between scrapes.
     let upkeep = handle.clone();

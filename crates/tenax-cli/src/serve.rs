@@ -99,7 +99,7 @@ pub(crate) async fn run(
     let (config, warnings) = args.server_config(&file.server, &kinds)?;
     // Check the worker settings before binding, so a bad file fails fast.
     args.worker.config(&file.worker)?;
-    let metrics_tokens = args.worker.metrics_tokens(file)?;
+    let metrics_tokens = worker::metrics_tokens(file)?;
     for warning in &warnings {
         tracing::warn!("{warning}");
     }

@@ -147,30 +147,6 @@ impl WorkerArgs {
         Ok(self.metrics_addr.or(file.metrics_addr))
     }
 
-    /// The tokens a scrape of the metrics address needs (`worker.metrics_require_token`):
-    /// every `[[server.tokens]]`, of which at least one may read; `None` when the
-    /// metrics are open.
-    pub(crate) fn metrics_tokens(
-        &self,
-        file: &crate::config::FileConfig,
-    ) -> anyhow::Result<Option<Vec<tenax_server::TokenConfig>>> {
-        if !file.worker.metrics_require_token.unwrap_or(false) {
-            return Ok(None);
-        }
-        let readers = file
-            .server
-            .tokens
-            .iter()
-            .filter(|t| t.role.may(tenax_server::Access::Read))
-            .count();
-        if readers == 0 {
-            anyhow::bail!(
-                "worker.metrics_require_token: no [[server.tokens]] with role read or admin could scrape the metrics (see `tenax token new`)"
-            );
-        }
-        Ok(Some(file.server.tokens.clone()))
-    }
-
     /// Time between two database samples.
     pub(crate) fn metrics_sample_interval(
         &self,
@@ -211,13 +187,36 @@ pub(crate) fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
+/// The tokens a scrape of the metrics address needs (`worker.metrics_require_token`):
+/// every `[[server.tokens]]`, of which at least one may read; `None` when the
+/// metrics are open.
+pub(crate) fn metrics_tokens(
+    file: &crate::config::FileConfig,
+) -> anyhow::Result<Option<Vec<tenax_server::TokenConfig>>> {
+    if !file.worker.metrics_require_token.unwrap_or(false) {
+        return Ok(None);
+    }
+    let readers = file
+        .server
+        .tokens
+        .iter()
+        .filter(|t| t.role.may(tenax_server::Access::Read))
+        .count();
+    if readers == 0 {
+        anyhow::bail!(
+            "worker.metrics_require_token: no [[server.tokens]] with role read or admin could scrape the metrics (see `tenax token new`)"
+        );
+    }
+    Ok(Some(file.server.tokens.clone()))
+}
+
 pub(crate) async fn run(
     database_url: &str,
     file: &crate::config::FileConfig,
     args: WorkerArgs,
 ) -> anyhow::Result<()> {
     let kinds = crate::kinds::Kinds::from_file(file)?;
-    let metrics_tokens = args.metrics_tokens(file)?;
+    let metrics_tokens = metrics_tokens(file)?;
     let storage = tenax::storage::connect(database_url).await?;
     run_on(
         storage,

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::db_clock::{faketime_env, write_offset};
 use crate::ledger::Ledger;
 
 /// How to start one torture worker process.
@@ -153,15 +154,9 @@ impl Fleet {
         }
         std::fs::create_dir_all(&s.log_dir)?;
         if !s.skews.is_empty() {
-            let lib =
-                libfaketime().ok_or_else(|| anyhow::anyhow!("libfaketime is not installed"))?;
             let clock = s.log_dir.join(format!("clock-{}", self.spawned));
-            std::fs::write(&clock, &s.skews[self.spawned % s.skews.len()])?;
-            command
-                .env("LD_PRELOAD", lib)
-                .env("FAKETIME_TIMESTAMP_FILE", &clock)
-                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-                .env("FAKETIME_NO_CACHE", "1");
+            write_offset(&clock, &s.skews[self.spawned % s.skews.len()])?;
+            command.envs(faketime_env(&clock)?);
         }
         let log = std::fs::File::create(s.log_dir.join(format!("worker-{}.log", self.spawned)))?;
         self.spawned += 1;
@@ -241,11 +236,7 @@ impl Fleet {
         let Some(nth) = nth else {
             return Ok(None);
         };
-        // Written whole, then renamed: a worker never reads half an offset.
-        let clock = self.spec.log_dir.join(format!("clock-{nth}"));
-        let partial = self.spec.log_dir.join(format!("clock-{nth}.new"));
-        std::fs::write(&partial, offset)?;
-        std::fs::rename(&partial, &clock)?;
+        write_offset(&self.spec.log_dir.join(format!("clock-{nth}")), offset)?;
         ledger
             .fault("clock_jump", Some(pid), &format!("clock now {offset}"))
             .await?;

@@ -25,3 +25,17 @@ pub mod proxy;
 pub mod run;
 pub mod tiers;
 pub mod worker;
+
+/// `found`, after a `SKIP` line naming `missing` when it is false. A missing tool is a
+/// failure (a panic) under `TENAX_REQUIRE_ALL_BACKENDS=1`, which CI sets and whose
+/// `.ci/test` installs every tool, so a scenario never passes by not running.
+pub fn required(found: bool, missing: &str) -> bool {
+    if !found {
+        assert!(
+            std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
+            "{missing}, but TENAX_REQUIRE_ALL_BACKENDS=1"
+        );
+        eprintln!("SKIP: {missing}");
+    }
+    found
+}

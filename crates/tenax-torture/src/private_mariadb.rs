@@ -53,7 +53,7 @@ impl PrivateMariadb {
 
     /// The same, on a clock the caller moves ([`DbClock`](crate::db_clock::DbClock)).
     pub fn start_with_clock(clock: &crate::db_clock::DbClock) -> anyhow::Result<Self> {
-        Self::start_with(false, clock.env())
+        Self::start_with(false, clock.env()?)
     }
 
     /// Create and start a private server with binary logging on (as a replicated

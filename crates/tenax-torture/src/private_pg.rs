@@ -109,7 +109,7 @@ impl PrivatePostgres {
 
     /// The same, on a clock the caller moves ([`DbClock`](crate::db_clock::DbClock)).
     pub fn start_with_clock(clock: &crate::db_clock::DbClock) -> anyhow::Result<Self> {
-        Self::start_with(false, clock.env())
+        Self::start_with(false, clock.env()?)
     }
 
     /// The same, serving TLS only: a self-signed certificate made with `openssl`, and

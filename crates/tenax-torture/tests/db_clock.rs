@@ -22,6 +22,7 @@ use tenax::{TaskRecord, WorkerConfig};
 use tenax_torture::db_clock::DbClock;
 use tenax_torture::private_mariadb::PrivateMariadb;
 use tenax_torture::private_pg::PrivatePostgres;
+use tenax_torture::required;
 use tokio_util::sync::CancellationToken;
 
 /// The lease of every worker here.
@@ -101,17 +102,6 @@ impl Command for Slow {
             _ = task.cancellation().cancelled() => Err(CommandError::retryable("cancelled")),
         }
     }
-}
-
-fn required(found: bool, missing: &str) -> bool {
-    if !found {
-        assert!(
-            std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
-            "{missing}, but TENAX_REQUIRE_ALL_BACKENDS=1"
-        );
-        eprintln!("SKIP: {missing}");
-    }
-    found
 }
 
 async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T

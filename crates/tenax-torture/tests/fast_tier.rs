@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use tenax_torture::required;
 use tenax_torture::run::{ledger_url, run, seed_from_env, Report};
 use tenax_torture::tiers::{plan, scale_from_env};
 
@@ -26,20 +27,6 @@ fn ledger() -> Option<String> {
         eprintln!("SKIP: no ledger database: set TENAX_TEST_POSTGRES_URL");
     }
     url
-}
-
-/// `found`, after a `SKIP` line naming `missing` when it is false; a missing tool is a
-/// failure under `TENAX_REQUIRE_ALL_BACKENDS=1` (which CI sets, and whose `.ci/test`
-/// installs every tool), so a scenario never passes by not running.
-fn required(found: bool, missing: &str) -> bool {
-    if !found {
-        assert!(
-            std::env::var("TENAX_REQUIRE_ALL_BACKENDS").as_deref() != Ok("1"),
-            "{missing}, but TENAX_REQUIRE_ALL_BACKENDS=1"
-        );
-        eprintln!("SKIP: {missing}");
-    }
-    found
 }
 
 /// Whether PostgreSQL server binaries are here for a private instance.
