@@ -8,7 +8,7 @@ use serde::Serialize;
 use tenax::storage::{Storage, TaskListParams, TaskRef};
 use tenax::{AttemptOutcome, TaskNo, TaskRecord, TaskStatus};
 
-use crate::ledger::{Exec, Fault, Ledger};
+use crate::ledger::{Enqueued, Exec, Fault, Ledger};
 
 /// What the checker found.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -148,13 +148,95 @@ fn explaining_fault(prev: &Exec, from: i64, to: i64, faults: &[Fault]) -> bool {
             0
         };
         let during = f.at_us <= to && f.until_us.unwrap_or(f.at_us).saturating_add(grace) >= from;
-        // A clock jump or a killed enqueuer must never make a worker lose a lease.
+        // A step of a worker's or of the database's clock, or a killed enqueuer, must
+        // never make a worker lose a lease.
         let explains = !matches!(
             f.kind.as_str(),
-            "stale_injection" | "clock_jump" | "enqueuer_kill"
+            "stale_injection" | "clock_jump" | "db_clock_step" | "enqueuer_kill"
         );
         during && (hits_prev || global) && explains
     })
+}
+
+/// Parses a libfaketime offset (`+1h`, `-10m`, `+30s`, `+0`) into µs.
+pub fn offset_us(offset: &str) -> Option<i64> {
+    let offset = offset.trim();
+    let (sign, rest) = match offset.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, offset.strip_prefix('+').unwrap_or(offset)),
+    };
+    let (digits, unit) = rest.split_at(
+        rest.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len()),
+    );
+    let n: i64 = digits.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    Some(sign * n * secs * 1_000_000)
+}
+
+/// The database clock's offset from real time through a run, from its steps
+/// (`db_clock_step` faults, the new offset in their detail). A step is logged before
+/// the offset file is written and ended after, so each offset is taken to hold from
+/// its step's start until the next step's end: over any window, the offsets that may
+/// have held are all counted.
+#[derive(Debug, Clone, Default)]
+pub struct DbOffsets {
+    /// `(from_us, until_us, offset_us)`, in order; the first starts at `i64::MIN`.
+    spans: Vec<(i64, i64, i64)>,
+}
+
+impl DbOffsets {
+    /// The timeline of the steps among `faults` (offset 0 before the first).
+    pub fn from_faults(faults: &[Fault]) -> Self {
+        let steps: Vec<(i64, i64, i64)> = faults
+            .iter()
+            .filter(|f| f.kind == "db_clock_step")
+            .filter_map(|f| {
+                let offset = offset_us(f.detail.as_deref()?)?;
+                Some((f.at_us, f.until_us.unwrap_or(f.at_us), offset))
+            })
+            .collect();
+        let mut spans = Vec::with_capacity(steps.len() + 1);
+        let mut from = i64::MIN;
+        let mut offset = 0;
+        for &(at, until, next) in &steps {
+            spans.push((from, until, offset));
+            from = at;
+            offset = next;
+        }
+        spans.push((from, i64::MAX, offset));
+        Self { spans }
+    }
+
+    /// The largest offset that may have held at some instant of `[from, to]`.
+    pub fn max_within(&self, from: i64, to: i64) -> i64 {
+        self.spans
+            .iter()
+            .filter(|(a, b, _)| *a <= to && *b >= from)
+            .map(|(_, _, o)| *o)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Whether an execution started before its task's run time, by the database's clock.
+///
+/// The run time was given by the database's clock; the start is read on the ledger's
+/// (real time). A claim happens between the enqueue and the start, so at the claim the
+/// database's clock read at most the start plus the largest offset that held since the
+/// enqueue: a start earlier than the run time by more than that (and 5 ms for the round
+/// trips) was claimed early. A step forward of the database's clock between the enqueue
+/// and the start explains a start that is early in real time; nothing else does.
+fn started_early(e: &Exec, enqueued: &Enqueued, run_at: i64, offsets: &DbOffsets) -> Option<i64> {
+    let from = enqueued.first_at_us.unwrap_or(i64::MIN);
+    let db_start = e.start_us + offsets.max_within(from, e.start_us);
+    (db_start + 5_000 < run_at).then_some(run_at - db_start)
 }
 
 /// Check a finished run.
@@ -163,6 +245,7 @@ pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Resul
     let enqueues = ledger.enqueues().await?;
     let execs = ledger.executions().await?;
     let faults = ledger.faults().await?;
+    let offsets = DbOffsets::from_faults(&faults);
     let violations = ledger.violations().await?;
     let tasks = all_tasks(storage).await?;
     let (effects, hits) = ledger.effect_counts().await?;
@@ -182,18 +265,26 @@ pub async fn check(ledger: &Ledger, storage: &Arc<dyn Storage>) -> anyhow::Resul
 
     // I1: every acknowledged task is there and terminal; unknown answers resolved by
     // task number. A pruned task (pruning on) must have finished in the ledger.
-    for (task_no, mode, state, run_at_us) in &enqueues {
-        // I6: no execution before the run time the store gave the task at enqueue (the
-        // ledger and the store read one machine's clock; 5 ms for the round trips).
+    for enqueued in &enqueues {
+        let Enqueued {
+            task_no,
+            mode,
+            state,
+            run_at_us,
+            ..
+        } = enqueued;
+        // I6: no execution before the run time the store gave the task at enqueue, by
+        // the database's clock (see `started_early`).
         if let (Some(run_at), Some(runs)) = (run_at_us, by_task.get(&(task_no.as_str(), "execute")))
         {
-            for e in runs.iter().filter(|e| e.start_us + 5_000 < *run_at) {
-                f.early_starts += 1;
-                f.offend(format!(
-                    "early: {task_no} epoch {} started {} µs before its run time",
-                    e.epoch,
-                    run_at - e.start_us
-                ));
+            for e in runs.iter() {
+                if let Some(early) = started_early(e, enqueued, *run_at, &offsets) {
+                    f.early_starts += 1;
+                    f.offend(format!(
+                        "early: {task_no} epoch {} started {early} µs before its run time",
+                        e.epoch
+                    ));
+                }
             }
         }
         let present = tasks.get(task_no.as_str());
@@ -464,6 +555,85 @@ mod tests {
             prev.start_us + 1_100_000,
             &faults
         ));
+    }
+
+    fn step(at_us: i64, offset: &str) -> Fault {
+        Fault {
+            at_us,
+            until_us: Some(at_us + 1_000),
+            kind: "db_clock_step".into(),
+            pid: None,
+            detail: Some(offset.into()),
+        }
+    }
+
+    fn enqueued(first_at_us: i64) -> Enqueued {
+        Enqueued {
+            task_no: "t".into(),
+            mode: "ok".into(),
+            state: "ok".into(),
+            run_at_us: None,
+            first_at_us: Some(first_at_us),
+        }
+    }
+
+    #[test]
+    fn offsets_parse_as_libfaketime_writes_them() {
+        assert_eq!(offset_us("+1h"), Some(3_600_000_000));
+        assert_eq!(offset_us("-10m"), Some(-600_000_000));
+        assert_eq!(offset_us("+0"), Some(0));
+        assert_eq!(offset_us("30s"), Some(30_000_000));
+        assert_eq!(offset_us("+1y"), None);
+    }
+
+    /// A task delayed 2 s, enqueued at 0; the database's clock steps an hour forward at
+    /// 1 s and the task starts at once, 1 s early in real time: the step explains it.
+    #[test]
+    fn a_forward_step_of_the_database_clock_since_the_enqueue_explains_an_early_start() {
+        let offsets = DbOffsets::from_faults(&[step(1_000_000, "+1h")]);
+        let e = exec(7, 1_100_000);
+        assert_eq!(started_early(&e, &enqueued(0), 2_000_000, &offsets), None);
+    }
+
+    /// The same start with no step is 0.9 s early; so is one whose only forward step
+    /// held before the task was enqueued and ended with a step back.
+    #[test]
+    fn an_early_start_with_no_forward_step_since_the_enqueue_is_counted() {
+        let none = DbOffsets::default();
+        let e = exec(7, 1_100_000);
+        assert_eq!(
+            started_early(&e, &enqueued(0), 2_000_000, &none),
+            Some(900_000)
+        );
+        let before = DbOffsets::from_faults(&[step(-5_000_000, "+1h"), step(-3_000_000, "+0")]);
+        assert_eq!(
+            started_early(&e, &enqueued(0), 2_000_000, &before),
+            Some(900_000)
+        );
+    }
+
+    /// A task enqueued while the clock is an hour ahead gets a run time an hour ahead of
+    /// real time; started while the clock still is, it is on time.
+    #[test]
+    fn a_run_time_given_by_a_clock_ahead_is_met_by_a_start_under_the_same_clock() {
+        let offsets = DbOffsets::from_faults(&[step(0, "+1h")]);
+        let e = exec(7, 2_000_000);
+        assert_eq!(
+            started_early(
+                &e,
+                &enqueued(1_000_000),
+                3_600_000_000 + 1_500_000,
+                &offsets
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_step_of_the_database_clock_explains_no_rerun() {
+        let faults = [step(1_000_000, "+1h")];
+        let prev = exec(7, 900_000);
+        assert!(!explaining_fault(&prev, prev.start_us, 2_000_000, &faults));
     }
 
     #[test]

@@ -38,6 +38,7 @@ const SCHEMA: &[&str] = &[
          run TEXT NOT NULL, task_no TEXT NOT NULL, mode TEXT NOT NULL, state TEXT NOT NULL,
          PRIMARY KEY (run, task_no))",
     "ALTER TABLE torture_enqueue ADD COLUMN IF NOT EXISTS run_at_us BIGINT",
+    "ALTER TABLE torture_enqueue ADD COLUMN IF NOT EXISTS first_at TIMESTAMPTZ",
 ];
 
 /// One execution as the ledger saw it.
@@ -59,6 +60,21 @@ pub struct Exec {
     pub end_us: Option<i64>,
     /// `succeeded`, `failed`, `fenced`, or `None` when its process died inside it.
     pub outcome: Option<String>,
+}
+
+/// One task of the run as its enqueuer logged it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Enqueued {
+    /// The task's number.
+    pub task_no: String,
+    /// Its behaviour (`ok`, `flaky`, `poison`, ...).
+    pub mode: String,
+    /// `invoke`, `ok` (acknowledged) or `info` (answer lost).
+    pub state: String,
+    /// The run time the store gave it at enqueue (the database's clock), µs.
+    pub run_at_us: Option<i64>,
+    /// When its first enqueue call was about to be sent (ledger clock), µs.
+    pub first_at_us: Option<i64>,
 }
 
 /// One injected fault.
@@ -163,8 +179,8 @@ impl Ledger {
         run_at_us: Option<i64>,
     ) -> anyhow::Result<()> {
         sqlx::query(
-            "INSERT INTO torture_enqueue (run, task_no, mode, state, run_at_us)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO torture_enqueue (run, task_no, mode, state, run_at_us, first_at)
+             VALUES ($1, $2, $3, $4, $5, clock_timestamp())
              ON CONFLICT (run, task_no) DO UPDATE SET state = EXCLUDED.state,
                  run_at_us = COALESCE(EXCLUDED.run_at_us, torture_enqueue.run_at_us)",
         )
@@ -178,11 +194,12 @@ impl Ledger {
         Ok(())
     }
 
-    /// Every enqueue of the run: `(task_no, mode, state, run_at_us)`.
-    pub async fn enqueues(&self) -> anyhow::Result<Vec<(String, String, String, Option<i64>)>> {
+    /// Every enqueue of the run.
+    pub async fn enqueues(&self) -> anyhow::Result<Vec<Enqueued>> {
         Ok(sqlx::query_as(
-            "SELECT task_no, mode, state, run_at_us FROM torture_enqueue WHERE run = $1
-             ORDER BY task_no",
+            "SELECT task_no, mode, state, run_at_us,
+                    (extract(epoch FROM first_at) * 1e6)::BIGINT AS first_at_us
+             FROM torture_enqueue WHERE run = $1 ORDER BY task_no",
         )
         .bind(&self.run)
         .fetch_all(&self.pool)

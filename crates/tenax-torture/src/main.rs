@@ -22,8 +22,9 @@ struct Cli {
 enum Commands {
     /// Run one scenario (or `all`) of the fast tier; exit 1 on any violation.
     Run {
-        /// Scenario: kill9-sqlite, kill9-postgres, pg-restart, proxy, pause-term, soak,
-        /// selftest-stale, or all.
+        /// Scenario: kill9-sqlite, kill9-postgres, pg-restart, mariadb, skew-postgres,
+        /// skew-mariadb, db-clock-postgres, db-clock-mariadb, proxy, proxy-mariadb,
+        /// enqueuer-kill, pause-term, soak, selftest-stale, or all.
         #[arg(long, default_value = "all")]
         scenario: String,
         /// Replay this seed (default: TENAX_SEED, else a fresh one, printed).
@@ -38,7 +39,7 @@ enum Commands {
     },
     /// Run one part of the long tier and append its rows to docs/RELIABILITY.md.
     Long {
-        /// Part 1 to 10.
+        /// Part 1 to 11.
         #[arg(long)]
         part: u32,
         /// Replay this seed.

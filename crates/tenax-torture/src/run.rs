@@ -12,6 +12,7 @@ use tenax::storage::{Lease, Storage, TaskCompleteParams, TaskListParams};
 use tenax::{Client, CompensationState, TaskStatus};
 
 use crate::check::{check, Findings};
+use crate::db_clock::DbClock;
 use crate::enqueuer::{EnqueueFaults, Spec};
 use crate::fleet::{rss_and_fds, Fleet, WorkerSpec};
 use crate::ledger::Ledger;
@@ -77,6 +78,14 @@ pub struct Plan {
     /// Jumps of the workers' clocks during the run (with `skews`): a worker's offset
     /// changes at once to another value of `skews`.
     pub clock_jumps: usize,
+    /// Steps of the database server's clock (a private server under libfaketime): the
+    /// clock moves at once to the next offset of `db_offsets`, in turn.
+    pub db_clock_steps: usize,
+    /// The offsets from real time the database's clock steps to, in turn, e.g. `+1h`,
+    /// `+0`, `+10m`: an hour forward, an hour back, ten minutes forward. After the last
+    /// fault the clock steps to the largest of them, so that every task given a run
+    /// time by a clock ahead is due before the run settles.
+    pub db_offsets: Vec<String>,
     /// Pruner retention (soak), or no pruning.
     pub retention_ms: Option<u64>,
     /// Sample the first worker's RSS and descriptors, and the task count, every second.
@@ -114,6 +123,8 @@ impl Plan {
             terms: 0,
             enqueuer_kills: 0,
             clock_jumps: 0,
+            db_clock_steps: 0,
+            db_offsets: Vec::new(),
             retention_ms: None,
             sample: false,
             inject_stale_completion: false,
@@ -154,6 +165,9 @@ pub struct Injected {
     pub enqueuer: EnqueueFaults,
     /// Worker clock jumps.
     pub clock_jumps: usize,
+    /// Steps of the database server's clock (the last one back to its largest offset
+    /// included).
+    pub db_clock_steps: usize,
 }
 
 /// One resource sample of the soak.
@@ -210,7 +224,7 @@ impl Report {
         format!(
             "{} [{:?}, seed {}] {:.1}s: tasks {} (+{} unknown), executions {}, re-executions {}; \
              faults: kills {}, exits {}, pauses {}, terms {} ({} unclean), db restarts {}, proxy resets {}, \
-             blackholes {}, latency {}, lost COMMIT replies {}, clock jumps {}, enqueuer kills {} \
+             blackholes {}, latency {}, lost COMMIT replies {}, clock jumps {}, database clock steps {}, enqueuer kills {} \
              (lost answers: {} present, {} absent and sent again), stale probes {}; \
              lost {}, concurrent duplicates {}, unexplained re-executions {}, illegal transitions {}, \
              stale writes accepted {}, early starts {}, poison dead after max {}/{}, paused overlaps {}, \
@@ -234,6 +248,7 @@ impl Report {
             i.proxy_latency,
             i.commit_replies_dropped,
             i.clock_jumps,
+            i.db_clock_steps,
             i.enqueuer.kills,
             i.enqueuer.lost_answers_present,
             i.enqueuer.lost_answers_absent,
@@ -303,10 +318,33 @@ struct Store {
     _dir: Option<tempfile::TempDir>,
     pg: Option<PrivatePostgres>,
     mariadb: Option<PrivateMariadb>,
+    /// The server's clock, when it may be stepped.
+    clock: Option<DbClock>,
 }
 
-fn open_store(backend: Backend) -> anyhow::Result<Store> {
-    Ok(match backend {
+/// The store of `plan`: a private server on a clock of its own when its clock steps.
+fn open_store(plan: &Plan) -> anyhow::Result<Store> {
+    if plan.db_clock_steps > 0 {
+        let clock = DbClock::new()?;
+        let (pg, mariadb) = match plan.backend {
+            Backend::Postgres => (Some(PrivatePostgres::start_with_clock(&clock)?), None),
+            Backend::Mariadb => (None, Some(PrivateMariadb::start_with_clock(&clock)?)),
+            Backend::Sqlite => anyhow::bail!("database clock steps need a database server"),
+        };
+        let direct_url = match (&pg, &mariadb) {
+            (Some(pg), _) => pg.url(),
+            (_, Some(db)) => db.url(),
+            _ => unreachable!("one server was started above"),
+        };
+        return Ok(Store {
+            direct_url,
+            _dir: None,
+            pg,
+            mariadb,
+            clock: Some(clock),
+        });
+    }
+    Ok(match plan.backend {
         Backend::Sqlite => {
             let dir = tempfile::Builder::new()
                 .prefix("tenax-torture-")
@@ -316,6 +354,7 @@ fn open_store(backend: Backend) -> anyhow::Result<Store> {
                 _dir: Some(dir),
                 pg: None,
                 mariadb: None,
+                clock: None,
             }
         }
         Backend::Postgres => {
@@ -325,6 +364,7 @@ fn open_store(backend: Backend) -> anyhow::Result<Store> {
                 _dir: None,
                 pg: Some(pg),
                 mariadb: None,
+                clock: None,
             }
         }
         Backend::Mariadb => {
@@ -334,6 +374,7 @@ fn open_store(backend: Backend) -> anyhow::Result<Store> {
                 _dir: None,
                 pg: None,
                 mariadb: Some(db),
+                clock: None,
             }
         }
     })
@@ -350,7 +391,7 @@ pub async fn run(plan: Plan, program: PathBuf, ledger_url: &str) -> anyhow::Resu
         plan.name, plan.backend, plan.seed, plan.seed, plan.seed
     );
     let ledger = Ledger::open(ledger_url, &run_id).await?;
-    let mut store = open_store(plan.backend)?;
+    let mut store = open_store(&plan)?;
     let storage = tenax::storage::connect(&store.direct_url).await?;
     let client = Client::new(storage.clone());
     let proxy = if plan.proxy_faults > 0 {
@@ -613,6 +654,7 @@ enum Event {
     Pause,
     Term,
     Jump,
+    DbStep,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -634,7 +676,10 @@ async fn faults(
     events.extend(std::iter::repeat_n(Event::Pause, plan.pauses));
     events.extend(std::iter::repeat_n(Event::Term, plan.terms));
     events.extend(std::iter::repeat_n(Event::Jump, plan.clock_jumps));
+    events.extend(std::iter::repeat_n(Event::DbStep, plan.db_clock_steps));
     events.shuffle(rng);
+    let mut db_offsets = plan.db_offsets.iter().cycle();
+    let mut db_offset = None;
     let lease = Duration::from_millis(plan.lease_ms);
     let mut injected_stale = !plan.inject_stale_completion;
     for event in events {
@@ -699,6 +744,17 @@ async fn faults(
                 injected.clock_jumps += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
             }
+            Event::DbStep => {
+                let offset = db_offsets
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("database clock steps need offsets"))?;
+                step_db_clock(store, ledger, offset).await?;
+                db_offset = Some(offset);
+                injected.db_clock_steps += 1;
+                // Long enough for a reaper to see the step and hold, and for leases
+                // granted before it to run out.
+                tokio::time::sleep(lease + Duration::from_millis(rng.random_range(0..2000))).await;
+            }
             Event::Term => {
                 let clean = loop {
                     match fleet
@@ -720,6 +776,34 @@ async fn faults(
             }
         }
     }
+    // Every task given a run time while the clock was ahead is due once it is that far
+    // ahead again (otherwise a step back would keep it waiting the step's length).
+    let ahead = plan
+        .db_offsets
+        .iter()
+        .max_by_key(|o| crate::check::offset_us(o).unwrap_or(i64::MIN));
+    if let (Some(current), Some(ahead)) = (db_offset, ahead) {
+        if current != ahead {
+            step_db_clock(store, ledger, ahead).await?;
+            injected.db_clock_steps += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Steps the database server's clock to `offset` from real time, logged as a fault
+/// whose detail is the offset.
+async fn step_db_clock(store: &Store, ledger: &Ledger, offset: &str) -> anyhow::Result<()> {
+    let clock = store.clock.as_ref().ok_or_else(|| {
+        anyhow::anyhow!("database clock steps need a server on a clock of its own")
+    })?;
+    anyhow::ensure!(
+        crate::check::offset_us(offset).is_some(),
+        "not a clock offset: {offset:?}"
+    );
+    let fault = ledger.fault("db_clock_step", None, offset).await?;
+    clock.set(offset)?;
+    ledger.fault_end(fault).await?;
     Ok(())
 }
 

@@ -25,6 +25,8 @@ pub const SCENARIOS: &[&str] = &[
     "mariadb",
     "skew-postgres",
     "skew-mariadb",
+    "db-clock-postgres",
+    "db-clock-mariadb",
     "proxy",
     "proxy-mariadb",
     "enqueuer-kill",
@@ -82,6 +84,28 @@ pub fn plan(name: &str, seed: u64, scale: f64) -> anyhow::Result<Plan> {
             p.clock_jumps = scaled(12, scale);
             p.kills = scaled(20, scale);
             p.tasks = scaled(300, scale);
+            p.delayed_permille = 330;
+            p.enqueue_per_sec = 20;
+            p
+        }
+        // The database server's own clock steps an hour forward, an hour back and ten
+        // minutes forward (then on in turn) while four workers run delayed, leased and
+        // retried tasks and are killed: nothing may start twice at once or early by
+        // the database's clock, and no step may explain a re-run.
+        "db-clock-postgres" | "db-clock-mariadb" => {
+            let backend = if name.ends_with("postgres") {
+                Backend::Postgres
+            } else {
+                Backend::Mariadb
+            };
+            let mut p = Plan::new(name, backend, seed);
+            p.workers = 4;
+            p.db_offsets = vec!["+1h".into(), "+0".into(), "+10m".into()];
+            p.db_clock_steps = scaled(3, scale);
+            p.kills = scaled(15, scale);
+            p.tasks = scaled(300, scale);
+            p.task_ms = 400;
+            p.flaky_permille = 100;
             p.delayed_permille = 330;
             p.enqueue_per_sec = 20;
             p
@@ -179,7 +203,11 @@ pub fn long_part(part: u32, seed: u64, scale: f64) -> anyhow::Result<Vec<Plan>> 
         ],
         9 => vec![plan("enqueuer-kill", seed, 10.0 * s)?],
         10 => vec![plan("proxy-mariadb", seed, 12.5 * s)?],
-        other => anyhow::bail!("the long tier has parts 1 to 10, not {other}"),
+        11 => vec![
+            plan("db-clock-postgres", seed, 10.0 * s)?,
+            plan("db-clock-mariadb", seed, 10.0 * s)?,
+        ],
+        other => anyhow::bail!("the long tier has parts 1 to 11, not {other}"),
     })
 }
 
@@ -191,7 +219,7 @@ pub fn append_results(doc: &Path, part: u32, scale: f64, reports: &[Report]) -> 
         let i = &r.injected;
         writeln!(
             file,
-            "| {} | {} ×{} | {:?} | {} | {:.0} | {} | kills {}, exits {}, pauses {}, terms {}, db restarts {}, proxy {} (lost COMMIT replies {}), clock jumps {}, enqueuer kills {} ({} lost answers) | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ×{} | {:?} | {} | {:.0} | {} | kills {}, exits {}, pauses {}, terms {}, db restarts {}, proxy {} (lost COMMIT replies {}), clock jumps {}, database clock steps {}, enqueuer kills {} ({} lost answers) | {} | {} | {} | {} | {} | {} |",
             chrono::Utc::now().format("%Y-%m-%d"),
             part,
             scale,
@@ -207,6 +235,7 @@ pub fn append_results(doc: &Path, part: u32, scale: f64, reports: &[Report]) -> 
             i.proxy_resets + i.proxy_blackholes + i.proxy_latency + i.commit_replies_dropped as usize,
             i.commit_replies_dropped,
             i.clock_jumps,
+            i.db_clock_steps,
             i.enqueuer.kills,
             i.enqueuer.lost_answers_present + i.enqueuer.lost_answers_absent,
             f.lost,

@@ -250,6 +250,40 @@ async fn skewed_worker_clocks_start_nothing_early_on_postgres_and_mariadb() {
     }
 }
 
+/// The database server's own clock steps an hour forward, an hour back and ten minutes
+/// forward (libfaketime on a private server) while four workers run and are killed:
+/// no task is lost, none runs twice at once, none starts before its run time by the
+/// database's clock unless that clock stepped forward since its enqueue, and no step
+/// explains a re-run (the reaper must not take a live lease after a step forward).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_clock_steps_run_no_task_twice_at_once_on_postgres_and_mariadb() {
+    if !libfaketime_possible() {
+        return;
+    }
+    for (name, possible) in [
+        ("db-clock-postgres", private_postgres_possible()),
+        ("db-clock-mariadb", private_mariadb_possible()),
+    ] {
+        if !possible {
+            continue;
+        }
+        let Some(r) = scenario(name).await else {
+            return;
+        };
+        assert_clean(&r);
+        assert!(
+            r.injected.db_clock_steps >= r.plan.db_clock_steps,
+            "{}",
+            r.summary()
+        );
+        assert!(
+            r.findings.re_executions > 0 || r.injected.kills == 0,
+            "{}",
+            r.summary()
+        );
+    }
+}
+
 /// The enqueuing client killed within 3 ms after it sent a request: every lost answer
 /// is resolved by reading the task number, and no acknowledged or found task is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
