@@ -596,6 +596,18 @@ impl QueueView {
     }
 }
 
+/// A queue's limit on running tasks, to set.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"max_running": 4}))]
+pub struct QueueLimitRequest {
+    /// At most this many of the queue's tasks run at once across all nodes (1 to
+    /// 2147483647). A limit lower than what runs now lets the running tasks finish and
+    /// stops claims until the queue is under it.
+    #[schema(minimum = 1, maximum = 2147483647)]
+    pub max_running: i64,
+}
+
 /// A probe's answer.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"status": "ok"}))]

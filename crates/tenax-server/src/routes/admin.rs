@@ -1,4 +1,5 @@
-//! Operations: stats, schedules, queues, and the audit record of operator actions.
+//! Operations: stats, schedules, queues and their limits, and the audit record of
+//! operator actions.
 use std::time::Duration;
 
 use axum::extract::State;
@@ -339,22 +340,26 @@ fn max_pending(state: &AppState, queue: &str) -> Option<u64> {
     state.config().queues.get(queue).and_then(|q| q.max_pending)
 }
 
+/// The queue a path parameter `name` names, or 422 naming it.
+fn queue_of(name: String) -> Result<QueueName, ApiError> {
+    QueueName::new(name).map_err(|e| ApiError::from(e).field("name"))
+}
+
 async fn update_queue(
     state: &AppState,
     caller: &Caller,
-    name: String,
+    queue: QueueName,
     change: QueueChange,
     action: &str,
+    details: serde_json::Value,
 ) -> Result<Json<QueueView>, ApiError> {
-    // The queue is the path parameter `name`.
-    let queue = QueueName::new(name).map_err(|e| ApiError::from(e).field("name"))?;
     let params = QueueUpdateParams {
         queue: queue.to_string(),
         change,
         now: None,
     };
     let info = state.db(state.storage().queue_update(&params)).await?;
-    record(state, caller, action, queue.as_str(), serde_json::json!({})).await;
+    record(state, caller, action, queue.as_str(), details).await;
     Ok(Json(QueueView::new(&info, max_pending(state, &info.name))))
 }
 
@@ -371,7 +376,16 @@ pub(crate) async fn pause_queue(
     Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QueueView>, ApiError> {
-    update_queue(&state, &caller, name, QueueChange::Pause, "queue.pause").await
+    let queue = queue_of(name)?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::Pause,
+        "queue.pause",
+        serde_json::json!({}),
+    )
+    .await
 }
 
 /// Resume a queue.
@@ -387,5 +401,81 @@ pub(crate) async fn resume_queue(
     Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QueueView>, ApiError> {
-    update_queue(&state, &caller, name, QueueChange::Resume, "queue.resume").await
+    let queue = queue_of(name)?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::Resume,
+        "queue.resume",
+        serde_json::json!({}),
+    )
+    .await
+}
+
+/// The most a queue's limit may be (the stores keep it as a 32-bit signed integer).
+const MAX_RUNNING_MAX: i64 = i32::MAX as i64;
+
+/// Limit how many of a queue's tasks run at once across all nodes (set or change).
+#[utoipa::path(put, path = "/v1/queues/{name}/limit", tag = "operations",
+    params(("name" = String, Path, description = "Queue name (need not have tasks yet)")),
+    request_body = QueueLimitRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Limited", body = QueueView),
+        (status = 422, description = "Invalid queue name or limit", body = ErrorBody),
+    ))]
+pub(crate) async fn limit_queue(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<QueueLimitRequest>,
+) -> Result<Json<QueueView>, ApiError> {
+    let queue = queue_of(name)?;
+    let refused = || {
+        ApiError::invalid(format!(
+            "max_running: must be 1 to {MAX_RUNNING_MAX}, got {} (to stop the queue, pause \
+             it; to remove its limit, DELETE it)",
+            req.max_running
+        ))
+        .field("max_running")
+    };
+    if !(1..=MAX_RUNNING_MAX).contains(&req.max_running) {
+        return Err(refused());
+    }
+    let max_running = u32::try_from(req.max_running).map_err(|_| refused())?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::MaxRunning(Some(max_running)),
+        "queue.limit",
+        serde_json::json!({ "max_running": max_running }),
+    )
+    .await
+}
+
+/// Remove a queue's limit on running tasks (a queue without one answers the same).
+#[utoipa::path(delete, path = "/v1/queues/{name}/limit", tag = "operations",
+    params(("name" = String, Path, description = "Queue name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Unlimited", body = QueueView),
+        (status = 422, description = "Invalid queue name", body = ErrorBody),
+    ))]
+pub(crate) async fn unlimit_queue(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<QueueView>, ApiError> {
+    let queue = queue_of(name)?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::MaxRunning(None),
+        "queue.unlimit",
+        serde_json::json!({}),
+    )
+    .await
 }

@@ -3,7 +3,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -55,6 +55,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/queues", get(admin::list_queues))
         .route("/v1/queues/{name}/pause", post(admin::pause_queue))
         .route("/v1/queues/{name}/resume", post(admin::resume_queue))
+        .route(
+            "/v1/queues/{name}/limit",
+            put(admin::limit_queue).delete(admin::unlimit_queue),
+        )
         .route(
             "/v1/workflows",
             post(workflows::create).get(workflows::list),

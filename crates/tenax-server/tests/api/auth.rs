@@ -7,13 +7,14 @@ use tenax_storage::testing::Harness;
 use crate::on_every_backend;
 use crate::support::*;
 
-/// A request body each POST route accepts.
+/// A request body each POST and PUT route accepts.
 fn body_for(method: &str, path: &str) -> Option<String> {
-    if method != "POST" {
+    if method != "POST" && method != "PUT" {
         return None;
     }
     Some(
         match path {
+            "/v1/queues/{name}/limit" => json!({"max_running": 4}),
             "/v1/tasks" => json!({"command_type": "echo", "payload": {"n": 1}}),
             "/v1/tasks/batch" => json!({"tasks": [{"command_type": "echo"}]}),
             "/v1/workflows" => json!({"name": "flow", "tasks": [

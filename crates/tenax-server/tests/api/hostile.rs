@@ -39,6 +39,8 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
         json!({"filter": {"ids": [-1, 0, i64::MAX]}, "limit": u32::MAX, "priority": -3}).to_string(),
         "{\"a\":".repeat(200),
         "\u{0}\u{1}binary".to_owned(),
+        json!({"max_running": 1e300}).to_string(),
+        json!({"max_running": i64::MIN}).to_string(),
     ];
     let queries = [
         "?limit=-1",
@@ -92,7 +94,7 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
                 }
                 requests += 1;
             }
-            if method == Method::POST {
+            if method == Method::POST || method == Method::PUT {
                 for body in &bodies {
                     let answer = call(&app, method.clone(), uri, Some(ADMIN), Some(body)).await;
                     assert!(
