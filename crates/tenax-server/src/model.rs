@@ -2,7 +2,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tenax::storage::{QueueInfo, ScheduleRecord};
+use tenax::storage::{QueueInfo, RateLimit, ScheduleRecord};
 use tenax::{AttemptRecord, TaskRecord};
 use utoipa::{IntoParams, ToSchema};
 
@@ -606,6 +606,43 @@ pub struct QueueLimitRequest {
     /// stops claims until the queue is under it.
     #[schema(minimum = 1, maximum = 2147483647)]
     pub max_running: i64,
+}
+
+/// A rate limit on one command type: a token bucket shared by every node.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"command_type": "echo", "per_second": 2.5, "burst": 3}))]
+pub struct RateLimitView {
+    /// The command type it limits.
+    pub command_type: String,
+    /// Tasks started per second in the long run.
+    pub per_second: f64,
+    /// Tasks that may start at once after a quiet spell.
+    pub burst: u32,
+}
+
+impl From<&RateLimit> for RateLimitView {
+    fn from(limit: &RateLimit) -> Self {
+        Self {
+            command_type: limit.command_type.clone(),
+            per_second: limit.per_second,
+            burst: limit.burst,
+        }
+    }
+}
+
+/// A rate limit to set on a command type (or to change: the bucket keeps its tokens,
+/// at most the new burst).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"per_second": 2.5, "burst": 10}))]
+pub struct RateLimitRequest {
+    /// Tasks started per second in the long run: above 0, at most 1000000.
+    #[schema(exclusive_minimum = 0.0, maximum = 1000000.0)]
+    pub per_second: f64,
+    /// Tasks that may start at once after a quiet spell, 1 to 1000000 (default: the
+    /// rate rounded up, at least 1).
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub burst: Option<i64>,
 }
 
 /// A probe's answer.

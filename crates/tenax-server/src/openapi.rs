@@ -72,6 +72,9 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/v1/queues/{name}/resume", Access::Admin),
     route("PUT", "/v1/queues/{name}/limit", Access::Admin),
     route("DELETE", "/v1/queues/{name}/limit", Access::Admin),
+    route("GET", "/v1/rate-limits", Access::Read),
+    route("PUT", "/v1/rate-limits/{command_type}", Access::Admin),
+    route("DELETE", "/v1/rate-limits/{command_type}", Access::Admin),
     route("POST", "/v1/workflows", Access::Enqueue),
     route("GET", "/v1/workflows", Access::Read),
     route("GET", "/v1/workflows/{id}", Access::TaskRead),
@@ -221,6 +224,9 @@ impl Modify for CommonErrors {
         admin::resume_queue,
         admin::limit_queue,
         admin::unlimit_queue,
+        admin::list_rate_limits,
+        admin::set_rate_limit,
+        admin::remove_rate_limit,
         workflows::create,
         workflows::list,
         workflows::get,
@@ -231,13 +237,14 @@ impl Modify for CommonErrors {
         TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
         ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
         AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
-        WorkflowTaskView, WorkflowDetailView, WorkflowPage, QueueLimitRequest
+        WorkflowTaskView, WorkflowDetailView, WorkflowPage, QueueLimitRequest, RateLimitView,
+        RateLimitRequest
     )),
     modifiers(&BearerAuth, &CommonErrors),
     tags(
         (name = "probes", description = "Liveness and readiness, open without a token."),
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
-        (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues and their limits."),
+        (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues and their limits, rate limits per command type."),
         (name = "workflows", description = "Enqueue a DAG of tasks or a saga, and follow it."),
         (name = "events", description = "Task events as a resumable Server-Sent Events stream."),
     )

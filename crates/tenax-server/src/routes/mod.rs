@@ -59,6 +59,11 @@ pub fn router(state: AppState) -> Router {
             "/v1/queues/{name}/limit",
             put(admin::limit_queue).delete(admin::unlimit_queue),
         )
+        .route("/v1/rate-limits", get(admin::list_rate_limits))
+        .route(
+            "/v1/rate-limits/{command_type}",
+            put(admin::set_rate_limit).delete(admin::remove_rate_limit),
+        )
         .route(
             "/v1/workflows",
             post(workflows::create).get(workflows::list),

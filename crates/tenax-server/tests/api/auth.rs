@@ -15,6 +15,7 @@ fn body_for(method: &str, path: &str) -> Option<String> {
     Some(
         match path {
             "/v1/queues/{name}/limit" => json!({"max_running": 4}),
+            "/v1/rate-limits/{command_type}" => json!({"per_second": 10.0}),
             "/v1/tasks" => json!({"command_type": "echo", "payload": {"n": 1}}),
             "/v1/tasks/batch" => json!({"tasks": [{"command_type": "echo"}]}),
             "/v1/workflows" => json!({"name": "flow", "tasks": [
@@ -48,6 +49,7 @@ fn concrete(path: &str, seeded: Seeded<'_>) -> String {
     .replace("{task_no}", seeded.task_no)
     .replace("/schedules/{name}", "/schedules/nightly")
     .replace("/queues/{name}", "/queues/default")
+    .replace("{command_type}", "echo")
     .replace("/wait", "/wait?timeout_ms=20")
     .replace("/v1/events", "/v1/events?follow=false")
 }

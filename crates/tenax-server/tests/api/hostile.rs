@@ -41,6 +41,8 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
         "\u{0}\u{1}binary".to_owned(),
         json!({"max_running": 1e300}).to_string(),
         json!({"max_running": i64::MIN}).to_string(),
+        json!({"per_second": 1e308, "burst": u64::MAX}).to_string(),
+        json!({"per_second": 5e-324, "burst": i64::MIN}).to_string(),
     ];
     let queries = [
         "?limit=-1",
@@ -63,6 +65,7 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
                         .replace("{id}", p)
                         .replace("{task_no}", p)
                         .replace("{name}", p)
+                        .replace("{command_type}", p)
                 })
                 .collect()
         } else {

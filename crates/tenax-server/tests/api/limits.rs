@@ -1,6 +1,6 @@
-//! Claim controls over HTTP: queue limits. Each write needs an admin token, changes
-//! what the library and the CLI read, is recorded in the audit trail under the token's
-//! name, and refuses bad input with nothing changed.
+//! Claim controls over HTTP: queue limits and rate limits per command type. Each write
+//! needs an admin token, changes what the library and the CLI read, is recorded in the
+//! audit trail under the token's name, and refuses bad input with nothing changed.
 use axum::http::{Method, StatusCode};
 use axum::Router;
 use serde_json::{json, Value};
@@ -260,4 +260,276 @@ async fn queue_limits_are_set_and_removed_by_an_admin_and_audited(h: &Harness) {
     );
 }
 
-on_every_backend!(queue_limits_are_set_and_removed_by_an_admin_and_audited,);
+async fn rate_limits_are_set_listed_and_removed_by_an_admin_and_audited(h: &Harness) {
+    let app = app(h.storage.clone(), config());
+    let client = tenax::Client::new(h.storage.clone());
+    let empty = call(&app, Method::GET, "/v1/rate-limits", Some(READER), None).await;
+    assert_eq!(empty.status, StatusCode::OK, "{:?}", empty.body);
+    assert_eq!(empty.body, json!([]));
+    let stored = || {
+        let client = client.clone();
+        async move {
+            client
+                .rate_limits()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|l| (l.command_type, l.per_second, l.burst))
+                .collect::<Vec<_>>()
+        }
+    };
+
+    // Without a burst: the rate rounded up, at least 1.
+    let set = call(
+        &app,
+        Method::PUT,
+        "/v1/rate-limits/echo",
+        Some(ADMIN_2),
+        Some(r#"{"per_second":2.5}"#),
+    )
+    .await;
+    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
+    assert_eq!(
+        set.body,
+        json!({"command_type": "echo", "per_second": 2.5, "burst": 3})
+    );
+    let slow = call(
+        &app,
+        Method::PUT,
+        "/v1/rate-limits/slow",
+        Some(ADMIN),
+        Some(r#"{"per_second":0.5}"#),
+    )
+    .await;
+    assert_eq!(slow.body["burst"], 1, "{:?}", slow.body);
+    // A type this server does not accept may be limited: workers elsewhere run it.
+    let mailer = call(
+        &app,
+        Method::PUT,
+        "/v1/rate-limits/mailer",
+        Some(ADMIN),
+        Some(r#"{"per_second":1000000,"burst":1000000}"#),
+    )
+    .await;
+    assert_eq!(mailer.status, StatusCode::OK, "{:?}", mailer.body);
+    // Setting it again changes rate and burst.
+    let changed = call(
+        &app,
+        Method::PUT,
+        "/v1/rate-limits/echo",
+        Some(ADMIN),
+        Some(r#"{"per_second":20,"burst":40}"#),
+    )
+    .await;
+    assert_eq!(changed.status, StatusCode::OK, "{:?}", changed.body);
+    assert_eq!(
+        stored().await,
+        [
+            ("echo".to_owned(), 20.0, 40),
+            ("mailer".to_owned(), 1_000_000.0, 1_000_000),
+            ("slow".to_owned(), 0.5, 1),
+        ]
+    );
+    let listed = call(&app, Method::GET, "/v1/rate-limits", Some(READER), None).await;
+    assert_eq!(
+        listed.body,
+        json!([
+            {"command_type": "echo", "per_second": 20.0, "burst": 40},
+            {"command_type": "mailer", "per_second": 1_000_000.0, "burst": 1_000_000},
+            {"command_type": "slow", "per_second": 0.5, "burst": 1},
+        ])
+    );
+    let forbidden = call(&app, Method::GET, "/v1/rate-limits", Some(ENQUEUER), None).await;
+    assert_eq!(
+        forbidden.status,
+        StatusCode::FORBIDDEN,
+        "{:?}",
+        forbidden.body
+    );
+    let anonymous = call(&app, Method::GET, "/v1/rate-limits", None, None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+
+    only_admin_may(
+        h,
+        &app,
+        Method::PUT,
+        "/v1/rate-limits/echo",
+        Some(r#"{"per_second":1}"#),
+    )
+    .await;
+    only_admin_may(
+        h,
+        &app,
+        Method::PUT,
+        "/v1/rate-limits/fresh",
+        Some(r#"{"per_second":1}"#),
+    )
+    .await;
+    only_admin_may(h, &app, Method::DELETE, "/v1/rate-limits/echo", None).await;
+    let uri = "/v1/rate-limits/echo".to_owned();
+    let long_type = format!("/v1/rate-limits/{}", "t".repeat(101));
+    refused(
+        h,
+        &app,
+        &[
+            (
+                "rate zero",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 0})),
+                "per_second",
+            ),
+            (
+                "negative rate",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": -1.5})),
+                "per_second",
+            ),
+            (
+                "rate over the maximum",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 1_000_000.5})),
+                "per_second",
+            ),
+            (
+                "rate as a string",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": "fast"})),
+                "per_second",
+            ),
+            (
+                "no rate",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"burst": 5})),
+                "per_second",
+            ),
+            (
+                "burst zero",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 1, "burst": 0})),
+                "burst",
+            ),
+            (
+                "burst over the maximum",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 1, "burst": 1_000_001})),
+                "burst",
+            ),
+            (
+                "negative burst",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 1, "burst": -1})),
+                "burst",
+            ),
+            (
+                "fractional burst",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 1, "burst": 1.5})),
+                "burst",
+            ),
+            (
+                "unknown field",
+                Method::PUT,
+                uri.clone(),
+                Some(json!({"per_second": 1, "tokens": 9})),
+                "tokens",
+            ),
+            (
+                "type with a space",
+                Method::PUT,
+                "/v1/rate-limits/a%20b".into(),
+                Some(json!({"per_second": 1})),
+                "command_type",
+            ),
+            (
+                "type too long",
+                Method::PUT,
+                long_type.clone(),
+                Some(json!({"per_second": 1})),
+                "command_type",
+            ),
+            (
+                "type with a space, removed",
+                Method::DELETE,
+                "/v1/rate-limits/a%20b".into(),
+                None,
+                "command_type",
+            ),
+            (
+                "type too long, removed",
+                Method::DELETE,
+                long_type,
+                None,
+                "command_type",
+            ),
+        ],
+    )
+    .await;
+
+    let removed = call(
+        &app,
+        Method::DELETE,
+        "/v1/rate-limits/echo",
+        Some(ADMIN_2),
+        None,
+    )
+    .await;
+    assert_eq!(removed.status, StatusCode::NO_CONTENT, "{:?}", removed.body);
+    assert_eq!(
+        stored().await,
+        [
+            ("mailer".to_owned(), 1_000_000.0, 1_000_000),
+            ("slow".to_owned(), 0.5, 1),
+        ]
+    );
+    // Removing what is not there: 404, and nothing recorded.
+    let before = snapshot(&h.storage).await;
+    let again = call(
+        &app,
+        Method::DELETE,
+        "/v1/rate-limits/echo",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND, "{:?}", again.body);
+    assert_eq!(again.code(), "not_found");
+    assert_eq!(snapshot(&h.storage).await, before);
+
+    let set = |actor: &str, target: &str, per_second: f64, burst: u32| {
+        (
+            actor.to_owned(),
+            "rate_limit.set".to_owned(),
+            target.to_owned(),
+            json!({"per_second": per_second, "burst": burst}),
+        )
+    };
+    assert_eq!(
+        audit(h).await,
+        [
+            set("ops-2", "echo", 2.5, 3),
+            set("ops-1", "slow", 0.5, 1),
+            set("ops-1", "mailer", 1_000_000.0, 1_000_000),
+            set("ops-1", "echo", 20.0, 40),
+            (
+                "ops-2".to_owned(),
+                "rate_limit.remove".to_owned(),
+                "echo".to_owned(),
+                json!({})
+            ),
+        ]
+    );
+}
+
+on_every_backend!(
+    queue_limits_are_set_and_removed_by_an_admin_and_audited,
+    rate_limits_are_set_listed_and_removed_by_an_admin_and_audited,
+);
