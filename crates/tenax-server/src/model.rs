@@ -2,7 +2,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tenax::storage::{QueueInfo, RateLimit, ScheduleRecord};
+use tenax::storage::{EventRule, QueueInfo, RateLimit, ScheduleRecord};
 use tenax::{AttemptRecord, TaskRecord};
 use utoipa::{IntoParams, ToSchema};
 
@@ -643,6 +643,57 @@ pub struct RateLimitRequest {
     /// rate rounded up, at least 1).
     #[schema(minimum = 1, maximum = 1000000)]
     pub burst: Option<i64>,
+}
+
+/// An event rule: tasks inserted in this queue and of this command type write task
+/// events (`null`: any).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventRuleView {
+    /// Only tasks of this queue, or any (`null`).
+    pub queue: Option<String>,
+    /// Only tasks of this command type, or any (`null`).
+    pub command_type: Option<String>,
+    /// When the rule was added (UTC).
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&EventRule> for EventRuleView {
+    fn from(rule: &EventRule) -> Self {
+        Self {
+            queue: rule.queue.clone(),
+            command_type: rule.command_type.clone(),
+            created_at: rule.created_at,
+        }
+    }
+}
+
+/// The event rules, and where the event stream stands.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"rules": [{"queue": "billing", "command_type": null, "created_at": "2026-01-01T10:00:00Z"}], "head": 1200, "pruned_through": 800}))]
+pub struct EventRulesView {
+    /// Every rule, by queue then command type (any first). Without rules no task
+    /// writes events.
+    pub rules: Vec<EventRuleView>,
+    /// The last position given so far (the stream's head).
+    pub head: i64,
+    /// Every position up to this one was pruned.
+    pub pruned_through: i64,
+}
+
+/// Turn an event rule on or off. Tasks inserted from then on follow the rules; tasks
+/// already inserted keep what was decided at their insert.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"queue": "billing", "enabled": true}))]
+pub struct EventRuleRequest {
+    /// Only tasks of this queue (absent or `null`: any queue).
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Only tasks of this command type (absent or `null`: any type).
+    #[serde(default)]
+    pub command_type: Option<String>,
+    /// `true` adds the rule (or keeps it), `false` removes it.
+    pub enabled: bool,
 }
 
 /// A probe's answer.

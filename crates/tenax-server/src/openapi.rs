@@ -79,6 +79,8 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/v1/workflows", Access::Read),
     route("GET", "/v1/workflows/{id}", Access::TaskRead),
     route("GET", "/v1/events", Access::Read),
+    route("GET", "/v1/events/rules", Access::Read),
+    route("POST", "/v1/events/rules", Access::Admin),
 ];
 
 /// The dashboard's routes: the page shell and its assets (open: they hold no data), and
@@ -231,6 +233,8 @@ impl Modify for CommonErrors {
         workflows::list,
         workflows::get,
         events::stream,
+        events::rules,
+        events::set_rule,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
@@ -238,7 +242,7 @@ impl Modify for CommonErrors {
         ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
         AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
         WorkflowTaskView, WorkflowDetailView, WorkflowPage, QueueLimitRequest, RateLimitView,
-        RateLimitRequest
+        RateLimitRequest, EventRuleView, EventRulesView, EventRuleRequest
     )),
     modifiers(&BearerAuth, &CommonErrors),
     tags(
@@ -246,7 +250,7 @@ impl Modify for CommonErrors {
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
         (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues and their limits, rate limits per command type."),
         (name = "workflows", description = "Enqueue a DAG of tasks or a saga, and follow it."),
-        (name = "events", description = "Task events as a resumable Server-Sent Events stream."),
+        (name = "events", description = "Task events as a resumable Server-Sent Events stream, and the rules that decide which tasks write them."),
     )
 )]
 struct ApiDoc;

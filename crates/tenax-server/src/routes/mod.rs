@@ -70,6 +70,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/workflows/{id}", get(workflows::get))
         .route("/v1/events", get(events::stream))
+        .route(
+            "/v1/events/rules",
+            get(events::rules).post(events::set_rule),
+        )
         .route("/", get(dashboard::shell))
         .route("/assets/app.js", get(dashboard::app_js))
         .route("/assets/app.css", get(dashboard::app_css))

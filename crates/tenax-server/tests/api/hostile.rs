@@ -43,6 +43,7 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
         json!({"max_running": i64::MIN}).to_string(),
         json!({"per_second": 1e308, "burst": u64::MAX}).to_string(),
         json!({"per_second": 5e-324, "burst": i64::MIN}).to_string(),
+        json!({"queue": long, "command_type": "\u{0}", "enabled": false}).to_string(),
     ];
     let queries = [
         "?limit=-1",

@@ -1,6 +1,7 @@
-//! Claim controls over HTTP: queue limits and rate limits per command type. Each write
-//! needs an admin token, changes what the library and the CLI read, is recorded in the
-//! audit trail under the token's name, and refuses bad input with nothing changed.
+//! Claim controls over HTTP: queue limits, rate limits per command type and event
+//! rules. Each write needs an admin token, changes what the library and the CLI read,
+//! is recorded in the audit trail under the token's name, and refuses bad input with
+//! nothing changed.
 use axum::http::{Method, StatusCode};
 use axum::Router;
 use serde_json::{json, Value};
@@ -529,7 +530,195 @@ async fn rate_limits_are_set_listed_and_removed_by_an_admin_and_audited(h: &Harn
     );
 }
 
+async fn event_rules_are_turned_on_and_off_by_an_admin_and_audited(h: &Harness) {
+    let app = app(h.storage.clone(), config());
+    let stored = || async {
+        h.storage
+            .event_rule_list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.queue, r.command_type))
+            .collect::<Vec<_>>()
+    };
+    let status = call(&app, Method::GET, "/v1/events/rules", Some(READER), None).await;
+    assert_eq!(status.status, StatusCode::OK, "{:?}", status.body);
+    assert_eq!(
+        status.body,
+        json!({"rules": [], "head": 0, "pruned_through": 0})
+    );
+    let forbidden = call(&app, Method::GET, "/v1/events/rules", Some(ENQUEUER), None).await;
+    assert_eq!(
+        forbidden.status,
+        StatusCode::FORBIDDEN,
+        "{:?}",
+        forbidden.body
+    );
+    let anonymous = call(&app, Method::GET, "/v1/events/rules", None, None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+
+    let post = |secret: &'static str, body: Value| {
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                Method::POST,
+                "/v1/events/rules",
+                Some(secret),
+                Some(&body.to_string()),
+            )
+            .await
+        }
+    };
+    let on = post(ADMIN_2, json!({"queue": "billing", "enabled": true})).await;
+    assert_eq!(on.status, StatusCode::CREATED, "{:?}", on.body);
+    let rules = on.body["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{:?}", on.body);
+    assert_eq!(rules[0]["queue"], "billing");
+    assert_eq!(rules[0]["command_type"], Value::Null);
+    assert!(rules[0]["created_at"].is_string(), "{:?}", on.body);
+    assert_eq!(on.body["head"], 0);
+    // Already on: unchanged, 200, not recorded.
+    let again = post(ADMIN, json!({"queue": "billing", "enabled": true})).await;
+    assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
+    assert_eq!(again.body["rules"], on.body["rules"]);
+    let typed = post(
+        ADMIN,
+        json!({"command_type": "echo", "queue": null, "enabled": true}),
+    )
+    .await;
+    assert_eq!(typed.status, StatusCode::CREATED, "{:?}", typed.body);
+    assert_eq!(
+        stored().await,
+        [
+            (None, Some("echo".to_owned())),
+            (Some("billing".to_owned()), None),
+        ]
+    );
+    let status = call(&app, Method::GET, "/v1/events/rules", Some(READER), None).await;
+    assert_eq!(status.body["rules"], typed.body["rules"]);
+
+    only_admin_may(
+        h,
+        &app,
+        Method::POST,
+        "/v1/events/rules",
+        Some(r#"{"queue":"billing","enabled":false}"#),
+    )
+    .await;
+    only_admin_may(
+        h,
+        &app,
+        Method::POST,
+        "/v1/events/rules",
+        Some(r#"{"enabled":true}"#),
+    )
+    .await;
+    let uri = "/v1/events/rules".to_owned();
+    refused(
+        h,
+        &app,
+        &[
+            (
+                "bad queue name",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"queue": "a b", "enabled": true})),
+                "queue",
+            ),
+            (
+                "empty queue name",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"queue": "", "enabled": true})),
+                "queue",
+            ),
+            (
+                "bad command type",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"command_type": "a\tb", "enabled": true})),
+                "command_type",
+            ),
+            (
+                "empty command type",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"command_type": "", "enabled": false})),
+                "command_type",
+            ),
+            (
+                "enabled missing",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"queue": "billing"})),
+                "enabled",
+            ),
+            (
+                "enabled as a string",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"queue": "billing", "enabled": "no"})),
+                "enabled",
+            ),
+            (
+                "unknown field",
+                Method::POST,
+                uri.clone(),
+                Some(json!({"type": "echo", "enabled": true})),
+                "type",
+            ),
+        ],
+    )
+    .await;
+
+    let off = post(ADMIN, json!({"queue": "billing", "enabled": false})).await;
+    assert_eq!(off.status, StatusCode::OK, "{:?}", off.body);
+    assert_eq!(stored().await, [(None, Some("echo".to_owned()))]);
+    assert_eq!(
+        off.body["rules"].as_array().unwrap().len(),
+        1,
+        "{:?}",
+        off.body
+    );
+    // Off for a rule that does not exist (the catch-all was never on): 404, nothing changed.
+    let before = snapshot(&h.storage).await;
+    for body in [
+        json!({"queue": "billing", "enabled": false}),
+        json!({"enabled": false}),
+        json!({"queue": "billing", "command_type": "echo", "enabled": false}),
+    ] {
+        let missing = post(ADMIN, body.clone()).await;
+        assert_eq!(
+            missing.status,
+            StatusCode::NOT_FOUND,
+            "{body}: {:?}",
+            missing.body
+        );
+        assert_eq!(missing.code(), "not_found");
+    }
+    assert_eq!(snapshot(&h.storage).await, before);
+
+    let entry = |actor: &str, action: &str, queue: Value, command_type: Value| {
+        (
+            actor.to_owned(),
+            action.to_owned(),
+            "event_rules".to_owned(),
+            json!({"queue": queue, "command_type": command_type}),
+        )
+    };
+    assert_eq!(
+        audit(h).await,
+        [
+            entry("ops-2", "events.rule_on", json!("billing"), Value::Null),
+            entry("ops-1", "events.rule_on", Value::Null, json!("echo")),
+            entry("ops-1", "events.rule_off", json!("billing"), Value::Null),
+        ]
+    );
+}
+
 on_every_backend!(
     queue_limits_are_set_and_removed_by_an_admin_and_audited,
     rate_limits_are_set_listed_and_removed_by_an_admin_and_audited,
+    event_rules_are_turned_on_and_off_by_an_admin_and_audited,
 );

@@ -1,6 +1,6 @@
 //! The HTTP API through the router, without a port (`tower::ServiceExt::oneshot`):
 //! authentication and roles on every route, bad input refused with nothing changed,
-//! back-pressure, long-polls, an exhausted pool, queue and rate limits,
+//! back-pressure, long-polls, an exhausted pool, queue and rate limits and event rules,
 //! the OpenAPI document, and the dashboard's shell and fragments. The
 //! database-touching cases run on SQLite, and on PostgreSQL and MariaDB when their
 //! test URLs are set.
