@@ -4,9 +4,11 @@
 //! nothing changed.
 use axum::http::{Method, StatusCode};
 use axum::Router;
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tenax::storage::AuditListParams;
 use tenax_storage::testing::Harness;
+use tower::ServiceExt;
 
 use crate::on_every_backend;
 use crate::support::*;
@@ -717,8 +719,67 @@ async fn event_rules_are_turned_on_and_off_by_an_admin_and_audited(h: &Harness) 
     );
 }
 
+async fn the_queues_page_shows_queue_and_rate_limits_and_event_rules(h: &Harness) {
+    let app = app(h.storage.clone(), config());
+    let page = |app: Router| async move {
+        let response = app
+            .oneshot(request(Method::GET, "/ui/queues", Some(READER), None))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    let empty = page(app.clone()).await;
+    assert!(empty.contains("No rate limit"), "{empty}");
+    assert!(empty.contains("No event rule"), "{empty}");
+    for (method, uri, body) in [
+        (
+            Method::PUT,
+            "/v1/queues/billing/limit",
+            r#"{"max_running":7}"#,
+        ),
+        (
+            Method::PUT,
+            "/v1/rate-limits/slow",
+            r#"{"per_second":0.25,"burst":4}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/events/rules",
+            r#"{"queue":"billing","enabled":true}"#,
+        ),
+    ] {
+        let answer = call(&app, method, uri, Some(ADMIN), Some(body)).await;
+        assert!(answer.status.is_success(), "{uri}: {:?}", answer.body);
+    }
+    let shown = page(app).await;
+    let row = |marker: &str| {
+        let start = shown
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker} is not shown: {shown}"));
+        let end = shown[start..].find("</tr>").unwrap() + start;
+        shown[start..end].to_owned()
+    };
+    let queue = row(r#"data-queue="billing""#);
+    assert!(queue.contains(r#"<td class="num">7</td>"#), "{queue}");
+    let rate = row(r#"data-rate-limit="slow""#);
+    assert!(rate.contains(r#"<td class="num">0.25</td>"#), "{rate}");
+    assert!(rate.contains(r#"<td class="num">4</td>"#), "{rate}");
+    let rule = row(r#"class="event-rule""#);
+    assert!(
+        rule.contains("<td>billing</td>") && rule.contains("(any)"),
+        "{rule}"
+    );
+    assert!(
+        !shown.contains("No rate limit") && !shown.contains("No event rule"),
+        "{shown}"
+    );
+}
+
 on_every_backend!(
     queue_limits_are_set_and_removed_by_an_admin_and_audited,
     rate_limits_are_set_listed_and_removed_by_an_admin_and_audited,
     event_rules_are_turned_on_and_off_by_an_admin_and_audited,
+    the_queues_page_shows_queue_and_rate_limits_and_event_rules,
 );
