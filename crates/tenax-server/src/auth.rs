@@ -15,7 +15,8 @@ use crate::state::AppState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// Everything, including operator actions (cancel, retry, bulk, schedules, queues).
+    /// Everything, including operator actions (cancel, retry, bulk, schedules, queues and
+    /// their limits, rate limits, event rules).
     Admin,
     /// Enqueue tasks and read them back (get, attempts, wait).
     Enqueue,

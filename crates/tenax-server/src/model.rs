@@ -2,7 +2,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tenax::storage::{QueueInfo, ScheduleRecord};
+use tenax::storage::{EventRule, QueueInfo, RateLimit, ScheduleRecord};
 use tenax::{AttemptRecord, TaskRecord};
 use utoipa::{IntoParams, ToSchema};
 
@@ -594,6 +594,106 @@ impl QueueView {
             max_pending,
         }
     }
+}
+
+/// A queue's limit on running tasks, to set.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"max_running": 4}))]
+pub struct QueueLimitRequest {
+    /// At most this many of the queue's tasks run at once across all nodes (1 to
+    /// 2147483647). A limit lower than what runs now lets the running tasks finish and
+    /// stops claims until the queue is under it.
+    #[schema(minimum = 1, maximum = 2147483647)]
+    pub max_running: i64,
+}
+
+/// A rate limit on one command type: a token bucket shared by every node.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"command_type": "echo", "per_second": 2.5, "burst": 3}))]
+pub struct RateLimitView {
+    /// The command type it limits.
+    pub command_type: String,
+    /// Tasks started per second in the long run.
+    pub per_second: f64,
+    /// Tasks that may start at once after a quiet spell.
+    pub burst: u32,
+}
+
+impl From<&RateLimit> for RateLimitView {
+    fn from(limit: &RateLimit) -> Self {
+        Self {
+            command_type: limit.command_type.clone(),
+            per_second: limit.per_second,
+            burst: limit.burst,
+        }
+    }
+}
+
+/// A rate limit to set on a command type (or to change: the bucket keeps its tokens,
+/// at most the new burst).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"per_second": 2.5, "burst": 10}))]
+pub struct RateLimitRequest {
+    /// Tasks started per second in the long run: above 0, at most 1000000.
+    #[schema(exclusive_minimum = 0.0, maximum = 1000000.0)]
+    pub per_second: f64,
+    /// Tasks that may start at once after a quiet spell, 1 to 1000000 (default: the
+    /// rate rounded up, at least 1).
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub burst: Option<i64>,
+}
+
+/// An event rule: tasks inserted in this queue and of this command type write task
+/// events (`null`: any).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventRuleView {
+    /// Only tasks of this queue, or any (`null`).
+    pub queue: Option<String>,
+    /// Only tasks of this command type, or any (`null`).
+    pub command_type: Option<String>,
+    /// When the rule was added (UTC).
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&EventRule> for EventRuleView {
+    fn from(rule: &EventRule) -> Self {
+        Self {
+            queue: rule.queue.clone(),
+            command_type: rule.command_type.clone(),
+            created_at: rule.created_at,
+        }
+    }
+}
+
+/// The event rules, and where the event stream stands.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"rules": [{"queue": "billing", "command_type": null, "created_at": "2026-01-01T10:00:00Z"}], "head": 1200, "pruned_through": 800}))]
+pub struct EventRulesView {
+    /// Every rule, by queue then command type (any first). Without rules no task
+    /// writes events.
+    pub rules: Vec<EventRuleView>,
+    /// The last position given so far (the stream's head).
+    pub head: i64,
+    /// Every position up to this one was pruned.
+    pub pruned_through: i64,
+}
+
+/// Turn an event rule on or off. Tasks inserted from then on follow the rules; tasks
+/// already inserted keep what was decided at their insert.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"queue": "billing", "enabled": true}))]
+pub struct EventRuleRequest {
+    /// Only tasks of this queue (absent or `null`: any queue).
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Only tasks of this command type (absent or `null`: any type).
+    #[serde(default)]
+    pub command_type: Option<String>,
+    /// `true` adds the rule (or keeps it), `false` removes it.
+    pub enabled: bool,
 }
 
 /// A probe's answer.

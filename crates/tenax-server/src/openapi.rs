@@ -70,10 +70,17 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/v1/queues", Access::Read),
     route("POST", "/v1/queues/{name}/pause", Access::Admin),
     route("POST", "/v1/queues/{name}/resume", Access::Admin),
+    route("PUT", "/v1/queues/{name}/limit", Access::Admin),
+    route("DELETE", "/v1/queues/{name}/limit", Access::Admin),
+    route("GET", "/v1/rate-limits", Access::Read),
+    route("PUT", "/v1/rate-limits/{command_type}", Access::Admin),
+    route("DELETE", "/v1/rate-limits/{command_type}", Access::Admin),
     route("POST", "/v1/workflows", Access::Enqueue),
     route("GET", "/v1/workflows", Access::Read),
     route("GET", "/v1/workflows/{id}", Access::TaskRead),
     route("GET", "/v1/events", Access::Read),
+    route("GET", "/v1/events/rules", Access::Read),
+    route("POST", "/v1/events/rules", Access::Admin),
 ];
 
 /// The dashboard's routes: the page shell and its assets (open: they hold no data), and
@@ -141,6 +148,7 @@ impl Modify for CommonErrors {
             for (method, operation) in [
                 ("GET", &mut item.get),
                 ("POST", &mut item.post),
+                ("PUT", &mut item.put),
                 ("DELETE", &mut item.delete),
             ] {
                 let Some(operation) = operation.as_mut() else {
@@ -166,7 +174,7 @@ impl Modify for CommonErrors {
                 if has_input {
                     add.push(("422", "Invalid value"));
                 }
-                if method == "POST" {
+                if method == "POST" || method == "PUT" {
                     add.push(("413", "Body over the limit"));
                 }
                 if operation.request_body.is_some() {
@@ -216,25 +224,33 @@ impl Modify for CommonErrors {
         admin::list_queues,
         admin::pause_queue,
         admin::resume_queue,
+        admin::limit_queue,
+        admin::unlimit_queue,
+        admin::list_rate_limits,
+        admin::set_rate_limit,
+        admin::remove_rate_limit,
         workflows::create,
         workflows::list,
         workflows::get,
         events::stream,
+        events::rules,
+        events::set_rule,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
         TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
         ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
         AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
-        WorkflowTaskView, WorkflowDetailView, WorkflowPage
+        WorkflowTaskView, WorkflowDetailView, WorkflowPage, QueueLimitRequest, RateLimitView,
+        RateLimitRequest, EventRuleView, EventRulesView, EventRuleRequest
     )),
     modifiers(&BearerAuth, &CommonErrors),
     tags(
         (name = "probes", description = "Liveness and readiness, open without a token."),
         (name = "tasks", description = "Enqueue, inspect, wait for, cancel and retry tasks."),
-        (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues."),
+        (name = "operations", description = "Bulk actions, the audit trail, stats, schedules, queues and their limits, rate limits per command type."),
         (name = "workflows", description = "Enqueue a DAG of tasks or a saga, and follow it."),
-        (name = "events", description = "Task events as a resumable Server-Sent Events stream."),
+        (name = "events", description = "Task events as a resumable Server-Sent Events stream, and the rules that decide which tasks write them."),
     )
 )]
 struct ApiDoc;

@@ -234,13 +234,22 @@ pub(crate) async fn overview(
     Ok(fragment(pages::overview(&Viewer::of(&caller), &data)))
 }
 
-/// `GET /ui/queues`.
+/// `GET /ui/queues`: the queues with their limits, the rate limits per command type, and
+/// the event rules.
 pub(crate) async fn queues(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Response, ApiError> {
-    let queues = state.db(state.storage().queue_list()).await?;
-    Ok(fragment(pages::queues(&Viewer::of(&caller), &queues)))
+    let storage = state.storage();
+    let queues = state.db(storage.queue_list()).await?;
+    let rate_limits = state.db(storage.rate_limit_list()).await?;
+    let event_rules = state.db(storage.event_rule_list()).await?;
+    Ok(fragment(pages::queues(
+        &Viewer::of(&caller),
+        &queues,
+        &rate_limits,
+        &event_rules,
+    )))
 }
 
 /// Filters of the task list (an empty field is no filter).

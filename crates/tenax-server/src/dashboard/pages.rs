@@ -3,7 +3,7 @@
 //! own text).
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, PreEscaped};
-use tenax::storage::{AuditRecord, QueueInfo, WorkflowRecord};
+use tenax::storage::{AuditRecord, EventRule, QueueInfo, RateLimit, WorkflowRecord};
 use tenax::TaskStatus;
 
 use super::charts::{self, BarChart, Layout, Series};
@@ -248,7 +248,12 @@ pub(super) fn overview(viewer: &Viewer, data: &Overview) -> Markup {
     )
 }
 
-pub(super) fn queues(viewer: &Viewer, queues: &[QueueInfo]) -> Markup {
+pub(super) fn queues(
+    viewer: &Viewer,
+    queues: &[QueueInfo],
+    rate_limits: &[RateLimit],
+    event_rules: &[EventRule],
+) -> Markup {
     frame(
         viewer,
         "queues",
@@ -278,6 +283,36 @@ pub(super) fn queues(viewer: &Viewer, queues: &[QueueInfo]) -> Markup {
                         }
                     }
                     @if queues.is_empty() { tr { td colspan="7" { "No queue has tasks yet." } } }
+                }
+            }
+            h2 { "Rate limits" }
+            p { "How fast tasks of a command type start, across all nodes: a bucket of " em { "burst" } " tasks refilled at the rate." }
+            table.rate-limits {
+                thead { tr { th { "command type" } th { "per second" } th { "burst" } } }
+                tbody {
+                    @for l in rate_limits {
+                        tr data-rate-limit=(l.command_type) {
+                            td { a href={ "#tasks?type=" (encode(&l.command_type)) } { (l.command_type) } }
+                            td.num { (l.per_second) }
+                            td.num { (l.burst) }
+                        }
+                    }
+                    @if rate_limits.is_empty() { tr { td colspan="3" { "No rate limit: every command type starts as fast as workers claim." } } }
+                }
+            }
+            h2 { "Event rules" }
+            p { "Tasks inserted in these queues and of these command types write task events (" code { "GET /v1/events" } ")." }
+            table.event-rules {
+                thead { tr { th { "queue" } th { "command type" } th { "since" } } }
+                tbody {
+                    @for r in event_rules {
+                        tr.event-rule {
+                            td { (r.queue.as_deref().unwrap_or("(any)")) }
+                            td { (r.command_type.as_deref().unwrap_or("(any)")) }
+                            td { (time(&r.created_at)) }
+                        }
+                    }
+                    @if event_rules.is_empty() { tr { td colspan="3" { "No event rule: no task writes events." } } }
                 }
             }
         },

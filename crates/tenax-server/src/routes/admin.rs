@@ -1,12 +1,13 @@
-//! Operations: stats, schedules, queues, and the audit record of operator actions.
+//! Operations: stats, schedules, queues and their limits, rate limits, and the audit
+//! record of operator actions.
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use tenax::storage::{
-    AuditAppendParams, QueueChange, QueueStatsParams, QueueUpdateParams, SchedulePauseParams,
-    ScheduleUpsertParams, ScheduleUpserted,
+    AuditAppendParams, QueueChange, QueueStatsParams, QueueUpdateParams, RateLimitSetParams,
+    SchedulePauseParams, ScheduleUpsertParams, ScheduleUpserted,
 };
 use tenax::{MissedTicks, QueueName, Schedule};
 
@@ -339,22 +340,26 @@ fn max_pending(state: &AppState, queue: &str) -> Option<u64> {
     state.config().queues.get(queue).and_then(|q| q.max_pending)
 }
 
+/// The queue a path parameter `name` names, or 422 naming it.
+fn queue_of(name: String) -> Result<QueueName, ApiError> {
+    QueueName::new(name).map_err(|e| ApiError::from(e).field("name"))
+}
+
 async fn update_queue(
     state: &AppState,
     caller: &Caller,
-    name: String,
+    queue: QueueName,
     change: QueueChange,
     action: &str,
+    details: serde_json::Value,
 ) -> Result<Json<QueueView>, ApiError> {
-    // The queue is the path parameter `name`.
-    let queue = QueueName::new(name).map_err(|e| ApiError::from(e).field("name"))?;
     let params = QueueUpdateParams {
         queue: queue.to_string(),
         change,
         now: None,
     };
     let info = state.db(state.storage().queue_update(&params)).await?;
-    record(state, caller, action, queue.as_str(), serde_json::json!({})).await;
+    record(state, caller, action, queue.as_str(), details).await;
     Ok(Json(QueueView::new(&info, max_pending(state, &info.name))))
 }
 
@@ -371,7 +376,16 @@ pub(crate) async fn pause_queue(
     Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QueueView>, ApiError> {
-    update_queue(&state, &caller, name, QueueChange::Pause, "queue.pause").await
+    let queue = queue_of(name)?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::Pause,
+        "queue.pause",
+        serde_json::json!({}),
+    )
+    .await
 }
 
 /// Resume a queue.
@@ -387,5 +401,202 @@ pub(crate) async fn resume_queue(
     Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QueueView>, ApiError> {
-    update_queue(&state, &caller, name, QueueChange::Resume, "queue.resume").await
+    let queue = queue_of(name)?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::Resume,
+        "queue.resume",
+        serde_json::json!({}),
+    )
+    .await
+}
+
+/// The most a queue's limit may be (the stores keep it as a 32-bit signed integer).
+const MAX_RUNNING_MAX: i64 = i32::MAX as i64;
+
+/// Limit how many of a queue's tasks run at once across all nodes (set or change).
+#[utoipa::path(put, path = "/v1/queues/{name}/limit", tag = "operations",
+    params(("name" = String, Path, description = "Queue name (need not have tasks yet)")),
+    request_body = QueueLimitRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Limited", body = QueueView),
+        (status = 422, description = "Invalid queue name or limit", body = ErrorBody),
+    ))]
+pub(crate) async fn limit_queue(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<QueueLimitRequest>,
+) -> Result<Json<QueueView>, ApiError> {
+    let queue = queue_of(name)?;
+    let refused = || {
+        ApiError::invalid(format!(
+            "max_running: must be 1 to {MAX_RUNNING_MAX}, got {} (to stop the queue, pause \
+             it; to remove its limit, DELETE it)",
+            req.max_running
+        ))
+        .field("max_running")
+    };
+    if !(1..=MAX_RUNNING_MAX).contains(&req.max_running) {
+        return Err(refused());
+    }
+    let max_running = u32::try_from(req.max_running).map_err(|_| refused())?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::MaxRunning(Some(max_running)),
+        "queue.limit",
+        serde_json::json!({ "max_running": max_running }),
+    )
+    .await
+}
+
+/// Remove a queue's limit on running tasks (a queue without one answers the same).
+#[utoipa::path(delete, path = "/v1/queues/{name}/limit", tag = "operations",
+    params(("name" = String, Path, description = "Queue name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Unlimited", body = QueueView),
+        (status = 422, description = "Invalid queue name", body = ErrorBody),
+    ))]
+pub(crate) async fn unlimit_queue(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<QueueView>, ApiError> {
+    let queue = queue_of(name)?;
+    update_queue(
+        &state,
+        &caller,
+        queue,
+        QueueChange::MaxRunning(None),
+        "queue.unlimit",
+        serde_json::json!({}),
+    )
+    .await
+}
+
+/// The highest rate, in tasks per second, and the largest burst (the stores' bounds).
+const PER_SECOND_MAX: f64 = 1_000_000.0;
+const BURST_MAX: i64 = 1_000_000;
+
+/// The default burst: one second's worth of tokens, at least 1 (as `tenax rate-limits
+/// set` without `--burst`).
+fn default_burst(per_second: f64) -> i64 {
+    if per_second.is_finite() && per_second > 1.0 {
+        // At most `PER_SECOND_MAX` here, so the cast is exact.
+        per_second.ceil().min(PER_SECOND_MAX) as i64
+    } else {
+        1
+    }
+}
+
+/// The command type a path parameter `command_type` names, or 422 naming it. Any valid
+/// name: workers of other processes may run types this server does not accept.
+fn command_type_of(command_type: &str) -> Result<(), ApiError> {
+    tenax_core::validate_command_type(command_type)
+        .map_err(|e| ApiError::invalid(e.to_string()).field("command_type"))
+}
+
+/// Every rate limit, by command type.
+#[utoipa::path(get, path = "/v1/rate-limits", tag = "operations",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Rate limits", body = Vec<RateLimitView>)))]
+pub(crate) async fn list_rate_limits(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<RateLimitView>>, ApiError> {
+    let limits = state.db(state.storage().rate_limit_list()).await?;
+    Ok(Json(limits.iter().map(RateLimitView::from).collect()))
+}
+
+/// Limit how fast tasks of a command type start across all nodes, or change its limit:
+/// a token bucket of `burst` tasks refilled at `per_second`. A task without a token
+/// waits without spending an attempt, and other types are claimed meanwhile.
+#[utoipa::path(put, path = "/v1/rate-limits/{command_type}", tag = "operations",
+    params(("command_type" = String, Path, description = "Command type (need not have tasks yet)")),
+    request_body = RateLimitRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Set", body = RateLimitView),
+        (status = 422, description = "Invalid command type, rate or burst", body = ErrorBody),
+    ))]
+pub(crate) async fn set_rate_limit(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(command_type): ApiPath<String>,
+    ApiJson(req): ApiJson<RateLimitRequest>,
+) -> Result<Json<RateLimitView>, ApiError> {
+    command_type_of(&command_type)?;
+    let per_second = req.per_second;
+    if !(per_second.is_finite() && per_second > 0.0 && per_second <= PER_SECOND_MAX) {
+        return Err(ApiError::invalid(format!(
+            "per_second: must be above 0 and at most 1000000, got {per_second}"
+        ))
+        .field("per_second"));
+    }
+    let burst = small("burst", req.burst, 1, BURST_MAX, default_burst(per_second))?;
+    let burst = u32::try_from(burst)
+        .map_err(|_| ApiError::invalid(format!("burst: {burst} is too large")).field("burst"))?;
+    let params = RateLimitSetParams {
+        command_type: command_type.clone(),
+        per_second,
+        burst,
+        now: None,
+    };
+    let stored = state.db(state.storage().rate_limit_set(&params)).await?;
+    record(
+        &state,
+        &caller,
+        "rate_limit.set",
+        &command_type,
+        serde_json::json!({ "per_second": stored.per_second, "burst": stored.burst }),
+    )
+    .await;
+    Ok(Json(RateLimitView::from(&stored)))
+}
+
+/// Remove a command type's rate limit.
+#[utoipa::path(delete, path = "/v1/rate-limits/{command_type}", tag = "operations",
+    params(("command_type" = String, Path, description = "Command type")),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 404, description = "The command type has no rate limit", body = ErrorBody),
+        (status = 422, description = "Invalid command type", body = ErrorBody),
+    ))]
+pub(crate) async fn remove_rate_limit(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(command_type): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    command_type_of(&command_type)?;
+    state
+        .db(state.storage().rate_limit_remove(&command_type))
+        .await?;
+    record(
+        &state,
+        &caller,
+        "rate_limit.remove",
+        &command_type,
+        serde_json::json!({}),
+    )
+    .await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_burst_is_one_second_of_tokens() {
+        assert_eq!(super::default_burst(0.5), 1);
+        assert_eq!(super::default_burst(1.0), 1);
+        assert_eq!(super::default_burst(20.0), 20);
+        assert_eq!(super::default_burst(2.5), 3);
+        assert_eq!(super::default_burst(1_000_000.0), 1_000_000);
+        assert_eq!(super::default_burst(f64::NAN), 1);
+    }
 }

@@ -7,6 +7,8 @@
 //! whose successors were pruned is refused with 410 `events_pruned`, and a stream whose
 //! reader falls behind the pruner ends with an `event: pruned` message: a reader is told
 //! it missed events, never left to skip them silently.
+//!
+//! `/v1/events/rules`: which tasks write events (the rules, as `tenax events on|off|status`).
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
@@ -15,15 +17,19 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::stream::{self, Stream};
 use serde::Deserialize;
-use tenax::storage::{EventKind, EventListParams, EventRecord, Storage};
+use tenax::storage::{EventKind, EventListParams, EventRecord, EventRuleParams, Storage};
 use tenax::{QueueName, TaskStatus};
 use tenax_core::Secrets;
 use utoipa::IntoParams;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::ApiQuery;
+use crate::extract::{ApiJson, ApiQuery};
+use crate::model::{EventRuleRequest, EventRuleView, EventRulesView};
+use crate::routes::admin::record;
 use crate::state::AppState;
 
 /// Events read from the database per look.
@@ -239,4 +245,89 @@ fn events_of(cursor: Cursor) -> impl Stream<Item = Result<Event, Infallible>> {
             }
         }
     })
+}
+
+/// The rules and where the stream stands.
+async fn rules_view(state: &AppState) -> Result<EventRulesView, ApiError> {
+    let rules = state.db(state.storage().event_rule_list()).await?;
+    let page = state
+        .db(state.storage().event_list(&EventListParams {
+            after: 0,
+            limit: 1,
+            ..Default::default()
+        }))
+        .await?;
+    Ok(EventRulesView {
+        rules: rules.iter().map(EventRuleView::from).collect(),
+        head: page.head,
+        pruned_through: page.pruned_through,
+    })
+}
+
+/// Which tasks write events, and the stream's head and pruned position.
+#[utoipa::path(get, path = "/v1/events/rules", tag = "events",
+    security(("bearer" = [])),
+    responses((status = 200, description = "The rules and the stream's positions", body = EventRulesView)))]
+pub(crate) async fn rules(State(state): State<AppState>) -> Result<Json<EventRulesView>, ApiError> {
+    Ok(Json(rules_view(&state).await?))
+}
+
+/// Turn an event rule on (tasks inserted from now on in this queue and of this command
+/// type write events; without either, every task) or off. Tasks already inserted keep
+/// what was decided at their insert.
+#[utoipa::path(post, path = "/v1/events/rules", tag = "events",
+    request_body = EventRuleRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "The rule was added", body = EventRulesView),
+        (status = 200, description = "The rule was removed, or was already on", body = EventRulesView),
+        (status = 404, description = "Turned off a rule that does not exist", body = crate::model::ErrorBody),
+        (status = 422, description = "Invalid queue or command type", body = crate::model::ErrorBody),
+    ))]
+pub(crate) async fn set_rule(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(req): ApiJson<EventRuleRequest>,
+) -> Result<(StatusCode, Json<EventRulesView>), ApiError> {
+    let queue = req
+        .queue
+        .map(|q| {
+            QueueName::new(q)
+                .map(|q| q.to_string())
+                .map_err(|e| ApiError::from(e).field("queue"))
+        })
+        .transpose()?;
+    if let Some(t) = &req.command_type {
+        tenax_core::validate_command_type(t)
+            .map_err(|e| ApiError::invalid(e.to_string()).field("command_type"))?;
+    }
+    let params = EventRuleParams {
+        queue: queue.clone(),
+        command_type: req.command_type.clone(),
+        enabled: req.enabled,
+        now: None,
+    };
+    let changed = state.db(state.storage().event_rule_set(&params)).await?;
+    let details = serde_json::json!({"queue": queue, "command_type": req.command_type});
+    let status = match (req.enabled, changed) {
+        (true, true) => {
+            record(&state, &caller, "events.rule_on", "event_rules", details).await;
+            StatusCode::CREATED
+        }
+        (true, false) => StatusCode::OK,
+        (false, true) => {
+            record(&state, &caller, "events.rule_off", "event_rules", details).await;
+            StatusCode::OK
+        }
+        (false, false) => {
+            let shown =
+                |v: Option<&str>| v.map_or_else(|| "(any)".to_owned(), |v| format!("{v:?}"));
+            return Err(ApiError::not_found(format!(
+                "no event rule for queue {} and type {}",
+                shown(queue.as_deref()),
+                shown(req.command_type.as_deref())
+            )));
+        }
+    };
+    Ok((status, Json(rules_view(&state).await?)))
 }

@@ -3,7 +3,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -56,11 +56,24 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/queues/{name}/pause", post(admin::pause_queue))
         .route("/v1/queues/{name}/resume", post(admin::resume_queue))
         .route(
+            "/v1/queues/{name}/limit",
+            put(admin::limit_queue).delete(admin::unlimit_queue),
+        )
+        .route("/v1/rate-limits", get(admin::list_rate_limits))
+        .route(
+            "/v1/rate-limits/{command_type}",
+            put(admin::set_rate_limit).delete(admin::remove_rate_limit),
+        )
+        .route(
             "/v1/workflows",
             post(workflows::create).get(workflows::list),
         )
         .route("/v1/workflows/{id}", get(workflows::get))
         .route("/v1/events", get(events::stream))
+        .route(
+            "/v1/events/rules",
+            get(events::rules).post(events::set_rule),
+        )
         .route("/", get(dashboard::shell))
         .route("/assets/app.js", get(dashboard::app_js))
         .route("/assets/app.css", get(dashboard::app_css))

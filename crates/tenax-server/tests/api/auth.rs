@@ -7,13 +7,16 @@ use tenax_storage::testing::Harness;
 use crate::on_every_backend;
 use crate::support::*;
 
-/// A request body each POST route accepts.
+/// A request body each POST and PUT route accepts.
 fn body_for(method: &str, path: &str) -> Option<String> {
-    if method != "POST" {
+    if method != "POST" && method != "PUT" {
         return None;
     }
     Some(
         match path {
+            "/v1/queues/{name}/limit" => json!({"max_running": 4}),
+            "/v1/rate-limits/{command_type}" => json!({"per_second": 10.0}),
+            "/v1/events/rules" => json!({"queue": "default", "enabled": true}),
             "/v1/tasks" => json!({"command_type": "echo", "payload": {"n": 1}}),
             "/v1/tasks/batch" => json!({"tasks": [{"command_type": "echo"}]}),
             "/v1/workflows" => json!({"name": "flow", "tasks": [
@@ -39,6 +42,10 @@ struct Seeded<'a> {
 
 /// The route's path with its parameters filled in with things that exist.
 fn concrete(path: &str, seeded: Seeded<'_>) -> String {
+    if path == "/v1/events" {
+        // The stream is endless unless told to end once caught up.
+        return "/v1/events?follow=false".to_owned();
+    }
     path.replace(
         "/v1/workflows/{id}",
         &format!("/v1/workflows/{}", seeded.workflow),
@@ -47,8 +54,8 @@ fn concrete(path: &str, seeded: Seeded<'_>) -> String {
     .replace("{task_no}", seeded.task_no)
     .replace("/schedules/{name}", "/schedules/nightly")
     .replace("/queues/{name}", "/queues/default")
+    .replace("{command_type}", "echo")
     .replace("/wait", "/wait?timeout_ms=20")
-    .replace("/v1/events", "/v1/events?follow=false")
 }
 
 fn method(m: &str) -> Method {

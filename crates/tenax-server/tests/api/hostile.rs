@@ -39,6 +39,11 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
         json!({"filter": {"ids": [-1, 0, i64::MAX]}, "limit": u32::MAX, "priority": -3}).to_string(),
         "{\"a\":".repeat(200),
         "\u{0}\u{1}binary".to_owned(),
+        json!({"max_running": 1e300}).to_string(),
+        json!({"max_running": i64::MIN}).to_string(),
+        json!({"per_second": 1e308, "burst": u64::MAX}).to_string(),
+        json!({"per_second": 5e-324, "burst": i64::MIN}).to_string(),
+        json!({"queue": long, "command_type": "\u{0}", "enabled": false}).to_string(),
     ];
     let queries = [
         "?limit=-1",
@@ -61,6 +66,7 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
                         .replace("{id}", p)
                         .replace("{task_no}", p)
                         .replace("{name}", p)
+                        .replace("{command_type}", p)
                 })
                 .collect()
         } else {
@@ -92,7 +98,7 @@ async fn hostile_input_on_every_route_never_reaches_a_500() {
                 }
                 requests += 1;
             }
-            if method == Method::POST {
+            if method == Method::POST || method == Method::PUT {
                 for body in &bodies {
                     let answer = call(&app, method.clone(), uri, Some(ADMIN), Some(body)).await;
                     assert!(

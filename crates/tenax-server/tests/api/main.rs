@@ -1,7 +1,7 @@
 //! The HTTP API through the router, without a port (`tower::ServiceExt::oneshot`):
 //! authentication and roles on every route, bad input refused with nothing changed,
-//! back-pressure, long-polls, an exhausted pool, the OpenAPI document, and the
-//! dashboard's shell and fragments. The
+//! back-pressure, long-polls, an exhausted pool, queue and rate limits and event rules,
+//! the OpenAPI document, and the dashboard's shell and fragments. The
 //! database-touching cases run on SQLite, and on PostgreSQL and MariaDB when their
 //! test URLs are set.
 #![allow(
@@ -17,6 +17,7 @@ mod dashboard;
 mod events;
 mod hostile;
 mod inputs;
+mod limits;
 mod malformed;
 mod nul;
 mod openapi;

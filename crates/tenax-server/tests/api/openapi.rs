@@ -51,7 +51,8 @@ async fn every_route_is_documented_and_every_documented_route_exists() {
                 let uri = path
                     .replace("{id}", "1")
                     .replace("{task_no}", "x")
-                    .replace("{name}", "x");
+                    .replace("{name}", "x")
+                    .replace("{command_type}", "x");
                 let answer = call(
                     &app,
                     Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(),

@@ -6,7 +6,7 @@ use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tenax::storage::{Storage, TaskListParams};
+use tenax::storage::{AuditListParams, Storage, TaskListParams};
 use tenax_server::{hash_token, AppState, Role, ServerConfig, TokenConfig};
 use tower::ServiceExt;
 
@@ -213,7 +213,8 @@ pub async fn call(
     send(app, request(method, uri, token, body)).await
 }
 
-/// Everything the API can change, to compare before and after a refused request.
+/// Everything the API can change (tasks, schedules, queues, rate limits, event rules and
+/// the audit trail), to compare before and after a refused request.
 pub async fn snapshot(storage: &Arc<dyn Storage>) -> String {
     let tasks = storage
         .task_list(&TaskListParams {
@@ -224,5 +225,14 @@ pub async fn snapshot(storage: &Arc<dyn Storage>) -> String {
         .unwrap();
     let schedules = storage.schedule_list().await.unwrap();
     let queues = storage.queue_list().await.unwrap();
-    format!("{tasks:?}\n{schedules:?}\n{queues:?}")
+    let rate_limits = storage.rate_limit_list().await.unwrap();
+    let event_rules = storage.event_rule_list().await.unwrap();
+    let audit = storage
+        .audit_list(&AuditListParams {
+            limit: 1000,
+            ..AuditListParams::default()
+        })
+        .await
+        .unwrap();
+    format!("{tasks:?}\n{schedules:?}\n{queues:?}\n{rate_limits:?}\n{event_rules:?}\n{audit:?}")
 }
