@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::NaiveTime;
 use serde::{Deserialize, Deserializer};
-use tenax::WorkerConfig;
+use tenax::{BackgroundQueue, OffPeak, Tz, WorkerConfig};
 
 /// The file looked for when no `--config` is given.
 pub(crate) const DEFAULT_FILE: &str = "tenax.toml";
@@ -124,6 +125,29 @@ pub(crate) struct WorkerFile {
     pub(crate) metrics_require_token: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) metrics_sample_interval: Option<Duration>,
+    /// `[[worker.background]]`: queues of `queues` claimed only in quiet periods.
+    #[serde(default)]
+    pub(crate) background: Vec<BackgroundFile>,
+}
+
+/// One `[[worker.background]]` table; its values are checked by [`worker_config`] so
+/// that each error names its key.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackgroundFile {
+    pub(crate) queue: String,
+    pub(crate) threshold: u64,
+    pub(crate) max_deferral: String,
+    pub(crate) off_peak: Option<OffPeakFile>,
+}
+
+/// The `off_peak` table of a background queue.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OffPeakFile {
+    pub(crate) start: String,
+    pub(crate) end: String,
+    pub(crate) time_zone: String,
 }
 
 /// One documented key, for the generated configuration reference.
@@ -326,6 +350,34 @@ fn worker_reference() -> Vec<Key> {
             secs(tenax::metrics::SAMPLE_INTERVAL_DEFAULT),
             "Time between two reads of the counts by queue and status from the database (only with `metrics_addr`).",
         ),
+        key(
+            "worker.background[].queue",
+            "",
+            "",
+            "none (no background queue)".into(),
+            "A `[[worker.background]]` table marks one of `worker.queues` background: it is claimed only while the due backlog of the worker's other queues is under `threshold`, or within `off_peak` hours, or once its oldest due task has waited `max_deferral`. Each queue at most once.",
+        ),
+        key(
+            "worker.background[].threshold",
+            "",
+            "",
+            "required".into(),
+            "Claimed while fewer than this many tasks are due in the worker's other queues.",
+        ),
+        key(
+            "worker.background[].max_deferral",
+            "",
+            "",
+            "required".into(),
+            "Claimed anyway once its oldest due task has waited this long (at least `1s`).",
+        ),
+        key(
+            "worker.background[].off_peak",
+            "",
+            "",
+            "none".into(),
+            "Also claimed within these daily hours, whatever the backlog: `{ start = \"22:00\", end = \"06:00\", time_zone = \"Europe/Paris\" }` (`HH:MM`, end excluded; an end before the start spans midnight; an IANA time zone, daylight saving time applies).",
+        ),
     ]
 }
 
@@ -384,15 +436,90 @@ pub(crate) fn worker_config(
         pruner_interval: file.pruner_interval.unwrap_or(d.pruner_interval),
         retention: retention.or(file.retention).unwrap_or(d.retention),
         prune_batch: file.prune_batch.unwrap_or(d.prune_batch),
-        // Background queues are configured in code (`WorkerConfig::background`).
-        background: d.background,
+        background: Vec::new(),
         scheduler: file.scheduler.unwrap_or(d.scheduler),
         scheduler_interval: file.scheduler_interval.unwrap_or(d.scheduler_interval),
         // Read from the top-level `[secrets]` (`FileConfig::secrets`).
         secrets: d.secrets,
     };
+    let config = WorkerConfig {
+        background: background_queues(&file.background, &config.queues)?,
+        ..config
+    };
     config.validate()?;
     Ok(config)
+}
+
+/// The `[[worker.background]]` tables as [`BackgroundQueue`]s, each checked against
+/// the worker's resolved `queues`; an error names the key.
+fn background_queues(
+    tables: &[BackgroundFile],
+    queues: &[String],
+) -> anyhow::Result<Vec<BackgroundQueue>> {
+    let mut resolved: Vec<BackgroundQueue> = Vec::with_capacity(tables.len());
+    for (i, table) in tables.iter().enumerate() {
+        let key = format!("worker.background[{i}]");
+        let queue = &table.queue;
+        if !queues.contains(queue) {
+            anyhow::bail!(
+                "{key}.queue: {queue:?} is not one of the worker's queues {queues:?} (worker.queues)"
+            );
+        }
+        if resolved.iter().any(|b| &b.queue == queue) {
+            anyhow::bail!("{key}.queue: background queue {queue:?} is listed twice");
+        }
+        let max_deferral = humantime::parse_duration(&table.max_deferral).map_err(|e| {
+            anyhow::anyhow!(
+                "{key}.max_deferral: {:?} is not a duration ({e}; examples: 30m, 6h)",
+                table.max_deferral
+            )
+        })?;
+        if max_deferral < Duration::from_secs(1) {
+            anyhow::bail!(
+                "{key}.max_deferral: {:?} is too short: background queue {queue:?} must be deferred at least 1s",
+                table.max_deferral
+            );
+        }
+        let off_peak = table
+            .off_peak
+            .as_ref()
+            .map(|hours| off_peak(hours, &format!("{key}.off_peak"), queue))
+            .transpose()?;
+        resolved.push(BackgroundQueue {
+            queue: queue.clone(),
+            threshold: table.threshold,
+            off_peak,
+            max_deferral,
+        });
+    }
+    Ok(resolved)
+}
+
+fn off_peak(hours: &OffPeakFile, key: &str, queue: &str) -> anyhow::Result<OffPeak> {
+    let time = |name: &str, text: &str| {
+        NaiveTime::parse_from_str(text, "%H:%M").map_err(|_| {
+            anyhow::anyhow!("{key}.{name}: {text:?} is not a time of day (HH:MM, 00:00 to 23:59)")
+        })
+    };
+    let start = time("start", &hours.start)?;
+    let end = time("end", &hours.end)?;
+    if start == end {
+        anyhow::bail!(
+            "{key}: the off-peak hours of background queue {queue:?} are empty (start = end = {:?})",
+            hours.start
+        );
+    }
+    let time_zone: Tz = hours.time_zone.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "{key}.time_zone: {:?} is not a time zone of the IANA database (examples: UTC, Europe/Paris)",
+            hours.time_zone
+        )
+    })?;
+    Ok(OffPeak {
+        start,
+        end,
+        time_zone,
+    })
 }
 
 #[cfg(test)]
@@ -482,6 +609,133 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("metrics_addr"), "{err}");
+    }
+
+    const BACKGROUND: &str = "[worker]\nqueues = [\"default\", \"bulk\", \"reports\"]\n\
+        [[worker.background]]\nqueue = \"bulk\"\nthreshold = 100\nmax_deferral = \"6h\"\n\
+        off_peak = { start = \"22:00\", end = \"06:30\", time_zone = \"Europe/Paris\" }\n\
+        [[worker.background]]\nqueue = \"reports\"\nthreshold = 0\nmax_deferral = \"90s\"\n";
+
+    fn background_error(text: &str) -> String {
+        let file = parse(text).unwrap();
+        match worker_config(&file.worker, None, None, None, None, None, None) {
+            Ok(config) => panic!("accepted {text:?}: {:?}", config.background),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn background_queues_resolve_to_the_worker_config() {
+        let file = parse(BACKGROUND).unwrap();
+        let config = worker_config(&file.worker, None, None, None, None, None, None).unwrap();
+        assert_eq!(
+            config.background,
+            vec![
+                BackgroundQueue {
+                    queue: "bulk".into(),
+                    threshold: 100,
+                    off_peak: Some(OffPeak {
+                        start: NaiveTime::from_hms_opt(22, 0, 0).unwrap(),
+                        end: NaiveTime::from_hms_opt(6, 30, 0).unwrap(),
+                        time_zone: Tz::Europe__Paris,
+                    }),
+                    max_deferral: Duration::from_secs(6 * 3600),
+                },
+                BackgroundQueue {
+                    queue: "reports".into(),
+                    threshold: 0,
+                    off_peak: None,
+                    max_deferral: Duration::from_secs(90),
+                },
+            ]
+        );
+        let none = worker_config(&WorkerFile::default(), None, None, None, None, None, None);
+        assert_eq!(none.unwrap().background, Vec::new());
+    }
+
+    #[test]
+    fn bad_background_queues_are_refused_with_the_key_named() {
+        let one = |body: &str| {
+            format!("[worker]\nqueues = [\"default\", \"bulk\"]\n[[worker.background]]\n{body}")
+        };
+        let ok = "queue = \"bulk\"\nthreshold = 10\nmax_deferral = \"1h\"\n";
+        let hours = |start: &str, end: &str, zone: &str| {
+            one(&format!(
+                "{ok}off_peak = {{ start = \"{start}\", end = \"{end}\", time_zone = \"{zone}\" }}\n"
+            ))
+        };
+        for (text, wanted) in [
+            (
+                one("queue = \"nightly\"\nthreshold = 10\nmax_deferral = \"1h\"\n"),
+                ["worker.background[0].queue", "\"nightly\"", "worker.queues"],
+            ),
+            (
+                format!("{}[[worker.background]]\n{ok}", one(ok)),
+                ["worker.background[1].queue", "\"bulk\"", "twice"],
+            ),
+            (
+                one("queue = \"bulk\"\nthreshold = 10\nmax_deferral = \"soon\"\n"),
+                ["worker.background[0].max_deferral", "\"soon\"", "duration"],
+            ),
+            (
+                one("queue = \"bulk\"\nthreshold = 10\nmax_deferral = \"500ms\"\n"),
+                [
+                    "worker.background[0].max_deferral",
+                    "\"500ms\"",
+                    "at least 1s",
+                ],
+            ),
+            (
+                hours("25:00", "06:00", "UTC"),
+                ["worker.background[0].off_peak.start", "\"25:00\"", "HH:MM"],
+            ),
+            (
+                hours("22:00", "6 am", "UTC"),
+                ["worker.background[0].off_peak.end", "\"6 am\"", "HH:MM"],
+            ),
+            (
+                hours("22:00", "22:00", "UTC"),
+                ["worker.background[0].off_peak", "empty", "\"bulk\""],
+            ),
+            (
+                hours("22:00", "06:00", "Mars/Olympus_Mons"),
+                [
+                    "worker.background[0].off_peak.time_zone",
+                    "\"Mars/Olympus_Mons\"",
+                    "time zone",
+                ],
+            ),
+        ] {
+            let err = background_error(&text);
+            for part in wanted {
+                assert!(err.contains(part), "{part:?} not in {err:?} for {text:?}");
+            }
+        }
+        // Missing, misspelt and mistyped keys are refused when the file is read.
+        for (text, wanted) in [
+            (
+                one("queue = \"bulk\"\nmax_deferral = \"1h\"\n"),
+                "threshold",
+            ),
+            (one("queue = \"bulk\"\nthreshold = 10\n"), "max_deferral"),
+            (one(&format!("{ok}treshold = 1\n")), "treshold"),
+            (
+                one("queue = \"bulk\"\nthreshold = -1\nmax_deferral = \"1h\"\n"),
+                "threshold",
+            ),
+            (
+                one(&format!(
+                    "{ok}off_peak = {{ start = \"22:00\", end = \"06:00\" }}\n"
+                )),
+                "time_zone",
+            ),
+        ] {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(
+                err.contains(wanted),
+                "{wanted:?} not in {err:?} for {text:?}"
+            );
+        }
     }
 
     #[test]

@@ -209,6 +209,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("metrics_addr = {metrics_addr:?}");
             println!("metrics_sample_interval = {metrics_sample_interval:?}");
             println!("{worker:#?}");
+            for rule in &worker.background {
+                let hours = match &rule.off_peak {
+                    Some(h) => format!(
+                        "{}-{} {}",
+                        h.start.format("%H:%M"),
+                        h.end.format("%H:%M"),
+                        h.time_zone
+                    ),
+                    None => "none".to_owned(),
+                };
+                println!(
+                    "worker.background {:?}: threshold = {}, max_deferral = {}, off_peak = {hours}",
+                    rule.queue,
+                    rule.threshold,
+                    humantime::format_duration(rule.max_deferral)
+                );
+            }
             println!("server.listen = {}", server.listen);
             println!("server.body_limit = {}", server.body_limit);
             println!("server.command_types = {:?}", server.command_types);
@@ -385,6 +402,49 @@ mod tests {
         ] {
             assert!(check_config(bad).is_err(), "accepted {bad:?}");
         }
+    }
+
+    #[test]
+    fn config_check_hands_the_background_queues_to_the_worker() {
+        let text = "[worker]\nqueues = [\"default\", \"bulk\"]\n\
+                    [[worker.background]]\nqueue = \"bulk\"\nthreshold = 100\nmax_deferral = \"6h\"\n\
+                    off_peak = { start = \"22:00\", end = \"06:00\", time_zone = \"Europe/Paris\" }\n";
+        let file = config::parse(text).unwrap();
+        let Commands::Config(ConfigCommand::Check(serve_args)) =
+            Cli::try_parse_from(["tenax", "config", "check"])
+                .unwrap()
+                .command
+        else {
+            panic!("`tenax config check` did not parse as itself");
+        };
+        let resolved = resolve(&file, &serve_args).unwrap();
+        assert_eq!(
+            resolved.worker.background,
+            vec![tenax::BackgroundQueue {
+                queue: "bulk".into(),
+                threshold: 100,
+                off_peak: Some(tenax::OffPeak {
+                    start: chrono::NaiveTime::from_hms_opt(22, 0, 0).unwrap(),
+                    end: chrono::NaiveTime::from_hms_opt(6, 0, 0).unwrap(),
+                    time_zone: tenax::Tz::Europe__Paris,
+                }),
+                max_deferral: Duration::from_secs(6 * 3600),
+            }]
+        );
+        // A --queue flag that drops the background queue is refused too.
+        let Commands::Config(ConfigCommand::Check(serve_args)) =
+            Cli::try_parse_from(["tenax", "config", "check", "--queue", "default"])
+                .unwrap()
+                .command
+        else {
+            panic!("`tenax config check --queue default` did not parse");
+        };
+        let err = resolve(&file, &serve_args).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("worker.background[0].queue")),
+            "{err:?}"
+        );
     }
 
     #[test]
