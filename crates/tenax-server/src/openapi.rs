@@ -242,7 +242,7 @@ impl Modify for CommonErrors {
         ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
         AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
         WorkflowTaskView, WorkflowDetailView, WorkflowPage, QueueLimitRequest, RateLimitView,
-        RateLimitRequest, EventRuleView, EventRulesView, EventRuleRequest
+        RateLimitRequest, EventRuleView, EventRulesView, EventRuleRequest, events::EventMessage
     )),
     modifiers(&BearerAuth, &CommonErrors),
     tags(

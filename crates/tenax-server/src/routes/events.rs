@@ -23,7 +23,7 @@ use serde::Deserialize;
 use tenax::storage::{EventKind, EventListParams, EventRecord, EventRuleParams, Storage};
 use tenax::{QueueName, TaskStatus};
 use tenax_core::Secrets;
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -116,6 +116,25 @@ fn message(record: &EventRecord, secrets: &Secrets) -> Event {
         .data(record.envelope(secrets).to_string())
 }
 
+/// One message of the `GET /v1/events` stream, as an SSE reader parses it: this is the
+/// stream's per-event schema in the OpenAPI document (what `itemSchema` says in 3.2).
+#[derive(ToSchema)]
+#[allow(dead_code)] // documents the wire format: messages are written by `message`
+pub(crate) struct EventMessage {
+    /// The event's position in the stream: resume after it with `Last-Event-ID` or
+    /// `?after=`. The final `pruned` message has none of its own.
+    #[schema(example = "128")]
+    id: Option<String>,
+    /// The event's kind (`enqueued`, `started`, `succeeded`, ...), or `pruned` for the
+    /// message that ends a stream whose reader fell behind the retention.
+    #[schema(example = "succeeded")]
+    event: String,
+    /// JSON text: a `tenax.task_event.v1` envelope, or for `pruned`
+    /// `{"after": .., "pruned_through": ..}`.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
 struct Cursor {
     storage: std::sync::Arc<dyn Storage>,
     params: EventListParams,
@@ -133,7 +152,7 @@ struct Cursor {
     tag = "events",
     params(EventsQuery, ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this position.")),
     responses(
-        (status = 200, description = "An endless `text/event-stream`: one message per event (`id`: position, `event`: kind, `data`: JSON of schema `tenax.task_event.v1`), comments as keep-alives; a final `event: pruned` message when the reader fell behind the retention.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An endless `text/event-stream`: one message per event (`id`: position, `event`: kind, `data`: JSON of schema `tenax.task_event.v1`), comments as keep-alives; a final `event: pruned` message when the reader fell behind the retention.", content_type = "text/event-stream", body = EventMessage),
         (status = 410, description = "Events after the resume point were pruned (`events_pruned`): the message names the first position kept.", body = crate::model::ErrorBody),
         (status = 422, description = "An invalid filter or resume point.", body = crate::model::ErrorBody),
     ),

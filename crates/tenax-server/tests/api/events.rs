@@ -243,6 +243,29 @@ async fn a_client_that_resumes_from_its_last_id_misses_nothing(h: &Harness) {
             .push(m.event.clone());
     }
     assert_eq!(per_task.len(), tasks);
+    // Every message, as an SSE reader parses it, is what the OpenAPI document says a
+    // message of this stream is.
+    let doc = serde_json::to_value(tenax_server::openapi()).unwrap();
+    let mut schema = doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"]
+        ["text/event-stream"]["schema"]
+        .clone();
+    schema["components"] = doc["components"].clone();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for m in &received {
+        let parsed = serde_json::json!({
+            "id": m.id.unwrap().to_string(),
+            "event": m.event,
+            "data": m.data.to_string(),
+        });
+        let errors: Vec<String> = validator
+            .iter_errors(&parsed)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{parsed} is not a documented message: {errors:?}"
+        );
+    }
     for (task, kinds) in per_task {
         assert_eq!(kinds, ["enqueued", "started", "succeeded"], "task {task}");
     }
