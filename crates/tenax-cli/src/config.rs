@@ -56,6 +56,9 @@ pub(crate) struct FileConfig {
     /// `[secrets]`: secret payload fields per command type.
     #[serde(default)]
     pub(crate) secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// `[retry."TYPE"]`: the retry policy and attempt budget of a command type.
+    #[serde(default)]
+    pub(crate) retry: std::collections::BTreeMap<String, RetryFile>,
 }
 
 impl FileConfig {
@@ -121,6 +124,8 @@ pub(crate) struct WorkerFile {
     pub(crate) scheduler: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) scheduler_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) missed_tick_grace: Option<Duration>,
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     pub(crate) metrics_require_token: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
@@ -148,6 +153,142 @@ pub(crate) struct OffPeakFile {
     pub(crate) start: String,
     pub(crate) end: String,
     pub(crate) time_zone: String,
+}
+
+/// One `[retry."TYPE"]` table; its values are checked by [`retry_policies`] so that
+/// each error names its key.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryFile {
+    pub(crate) backoff: Option<String>,
+    pub(crate) base: Option<String>,
+    pub(crate) cap: Option<String>,
+    pub(crate) step: Option<String>,
+    pub(crate) jitter: Option<String>,
+    pub(crate) max_retry_after: Option<String>,
+    pub(crate) max_attempts: Option<u32>,
+}
+
+/// What `[retry."TYPE"]` sets for one command type.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CommandRetry {
+    /// The backoff the worker uses instead of the command's own; `None` when the table
+    /// sets only `max_attempts`.
+    pub(crate) policy: Option<tenax::RetryPolicy>,
+    /// The attempt budget of a task enqueued without one (HTTP API, `tenax enqueue`,
+    /// `tenax schedules create`).
+    pub(crate) max_attempts: Option<u32>,
+}
+
+/// The attempt budget `retry` (the resolved `[retry."TYPE"]` tables) gives a task of
+/// `command_type` enqueued without one, else the standard default.
+pub(crate) fn max_attempts_of(
+    retry: &std::collections::BTreeMap<String, CommandRetry>,
+    command_type: &str,
+) -> u32 {
+    retry
+        .get(command_type)
+        .and_then(|r| r.max_attempts)
+        .unwrap_or(tenax::CommandDefaults::STANDARD.max_attempts)
+}
+
+/// The most attempts a task may be given, as the HTTP API accepts.
+const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+
+/// The `[retry."TYPE"]` tables, each checked; an error names the key.
+pub(crate) fn retry_policies(
+    tables: &std::collections::BTreeMap<String, RetryFile>,
+) -> anyhow::Result<std::collections::BTreeMap<String, CommandRetry>> {
+    let mut resolved = std::collections::BTreeMap::new();
+    for (command_type, table) in tables {
+        let key = format!("retry.{command_type:?}");
+        tenax::validate_command_type(command_type)
+            .map_err(|e| anyhow::anyhow!("{key}: {:?} is not a command type: {e}", command_type))?;
+        resolved.insert(command_type.clone(), retry_policy(table, &key)?);
+    }
+    Ok(resolved)
+}
+
+fn retry_policy(table: &RetryFile, key: &str) -> anyhow::Result<CommandRetry> {
+    use tenax::{Jitter, RetryPolicy};
+    let span = |name: &str, text: &Option<String>| -> anyhow::Result<Option<Duration>> {
+        text.as_ref()
+            .map(|t| {
+                humantime::parse_duration(t).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{key}.{name}: {t:?} is not a duration ({e}; examples: 500ms, 5s, 1h)"
+                    )
+                })
+            })
+            .transpose()
+    };
+    let max_attempts = match table.max_attempts {
+        Some(n) if n == 0 || n > MAX_ATTEMPTS_LIMIT => {
+            anyhow::bail!("{key}.max_attempts: {n} is out of range (1 to {MAX_ATTEMPTS_LIMIT})")
+        }
+        other => other,
+    };
+    let base = span("base", &table.base)?;
+    let cap = span("cap", &table.cap)?;
+    let step = span("step", &table.step)?;
+    let max_retry_after = span("max_retry_after", &table.max_retry_after)?;
+    let sets_policy = table.backoff.is_some()
+        || base.is_some()
+        || cap.is_some()
+        || step.is_some()
+        || table.jitter.is_some()
+        || max_retry_after.is_some();
+    if !sets_policy {
+        return Ok(CommandRetry {
+            policy: None,
+            max_attempts,
+        });
+    }
+    let base = base.unwrap_or(RetryPolicy::BASE_DEFAULT);
+    let backoff = table.backoff.as_deref().unwrap_or("exponential");
+    if step.is_some() && backoff != "linear" {
+        anyhow::bail!("{key}.step: only a linear backoff has a step (backoff = {backoff:?})");
+    }
+    let mut policy = match backoff {
+        "exponential" => RetryPolicy::exponential(base, cap.unwrap_or(RetryPolicy::CAP_DEFAULT)),
+        "fixed" => {
+            if cap.is_some() {
+                anyhow::bail!("{key}.cap: a fixed backoff waits `base` every time and has no cap");
+            }
+            RetryPolicy::fixed(base)
+        }
+        "linear" => {
+            let Some(step) = step else {
+                anyhow::bail!("{key}.step: a linear backoff needs its step (for example \"30s\")");
+            };
+            RetryPolicy::linear(base, step, cap.unwrap_or(RetryPolicy::CAP_DEFAULT))
+        }
+        other => anyhow::bail!(
+            "{key}.backoff: {other:?} is not a backoff (exponential, fixed or linear)"
+        ),
+    };
+    if policy.base > policy.cap {
+        anyhow::bail!(
+            "{key}.cap: {} is below the base {}: every delay would be the cap",
+            secs(policy.cap),
+            secs(policy.base)
+        );
+    }
+    if let Some(jitter) = &table.jitter {
+        policy = policy.with_jitter(match jitter.as_str() {
+            "full" => Jitter::Full,
+            "equal" => Jitter::Equal,
+            "none" => Jitter::None,
+            other => anyhow::bail!("{key}.jitter: {other:?} is not a jitter (full, equal or none)"),
+        });
+    }
+    if let Some(max) = max_retry_after {
+        policy = policy.with_max_retry_after(max);
+    }
+    Ok(CommandRetry {
+        policy: Some(policy),
+        max_attempts,
+    })
 }
 
 /// One documented key, for the generated configuration reference.
@@ -330,6 +471,13 @@ fn worker_reference() -> Vec<Key> {
 
         ),
         key(
+            "worker.missed_tick_grace",
+            "",
+            "",
+            secs(d.missed_tick_grace),
+            "How late a tick of a schedule that skips missed ticks (the default; not `--catch-up`) may be and still fire: after an outage or a deploy longer than this, its missed ticks are skipped and the schedule goes on from the next one. At least `scheduler_interval`.",
+        ),
+        key(
             "worker.metrics_addr",
             "TENAX_WORKER_METRICS_ADDR",
             "--metrics-addr",
@@ -377,6 +525,55 @@ fn worker_reference() -> Vec<Key> {
             "",
             "none".into(),
             "Also claimed within these daily hours, whatever the backlog: `{ start = \"22:00\", end = \"06:00\", time_zone = \"Europe/Paris\" }` (`HH:MM`, end excluded; an end before the start spans midnight; an IANA time zone, daylight saving time applies).",
+        ),
+        key(
+            "retry.<type>.backoff",
+            "",
+            "",
+            "exponential".into(),
+            "How long a worker running this command type waits after a failed attempt, instead of the command's own policy (the `http` kind's `backoff_base` and `backoff_cap` included): `exponential` (`base × 2^(n−1)`), `fixed` (`base` every time) or `linear` (`base + step × (n−1)`); capped at `cap`, then jittered. A `[retry.\"TYPE\"]` table needs none of its keys: the others keep their defaults.",
+        ),
+        key(
+            "retry.<type>.base",
+            "",
+            "",
+            secs(tenax::RetryPolicy::BASE_DEFAULT),
+            "The delay after the first failed attempt.",
+        ),
+        key(
+            "retry.<type>.cap",
+            "",
+            "",
+            secs(tenax::RetryPolicy::CAP_DEFAULT),
+            "The longest delay (not with `fixed`); at least `base`.",
+        ),
+        key(
+            "retry.<type>.step",
+            "",
+            "",
+            "none (required with `linear`)".into(),
+            "Added to the delay per failed attempt after the first (only with `linear`).",
+        ),
+        key(
+            "retry.<type>.jitter",
+            "",
+            "",
+            "full (none with `fixed`)".into(),
+            "`full` (uniform in 0 to the delay), `equal` (uniform in half the delay to the delay) or `none`: spreads the retries of tasks that failed together.",
+        ),
+        key(
+            "retry.<type>.max_retry_after",
+            "",
+            "",
+            secs(tenax::RetryPolicy::MAX_RETRY_AFTER_DEFAULT),
+            "The longest delay a handler's \"retry after\" (an `http` target's `Retry-After`) may ask for.",
+        ),
+        key(
+            "retry.<type>.max_attempts",
+            "",
+            "",
+            tenax::CommandDefaults::STANDARD.max_attempts.to_string(),
+            "Attempt budget (1 to 1000) of a task of this type enqueued without one: through the HTTP API, `tenax enqueue`, and schedules added by either. A task keeps the budget it was enqueued with; Rust enqueues take the command's `MAX_ATTEMPTS`.",
         ),
     ]
 }
@@ -439,6 +636,7 @@ pub(crate) fn worker_config(
         background: Vec::new(),
         scheduler: file.scheduler.unwrap_or(d.scheduler),
         scheduler_interval: file.scheduler_interval.unwrap_or(d.scheduler_interval),
+        missed_tick_grace: file.missed_tick_grace.unwrap_or(d.missed_tick_grace),
         // Read from the top-level `[secrets]` (`FileConfig::secrets`).
         secrets: d.secrets,
     };
@@ -749,5 +947,132 @@ mod tests {
         assert_eq!(kinds.command_types(), ["http", "exec"]);
         assert!(kinds.callbacks.enabled());
         assert!(kinds.alerts.webhook_url.is_some());
+    }
+
+    fn retry_of(text: &str) -> anyhow::Result<std::collections::BTreeMap<String, CommandRetry>> {
+        retry_policies(&parse(text)?.retry)
+    }
+
+    #[test]
+    fn retry_tables_resolve_to_policies_and_attempt_budgets() {
+        let retry = retry_of(
+            "[retry.\"SEND_EMAIL\"]\nbackoff = \"linear\"\nbase = \"2s\"\nstep = \"3s\"\ncap = \"20s\"\n\
+             jitter = \"none\"\nmax_attempts = 9\n\
+             [retry.http]\nbackoff = \"fixed\"\nbase = \"750ms\"\nmax_retry_after = \"10m\"\n\
+             [retry.\"billing.charge\"]\nmax_attempts = 2\n",
+        )
+        .unwrap();
+        let linear = retry["SEND_EMAIL"].policy.clone().unwrap();
+        let secs: Vec<u64> = (1..=8).map(|n| linear.ceiling(n).as_secs()).collect();
+        assert_eq!(secs, [2, 5, 8, 11, 14, 17, 20, 20]);
+        assert_eq!(linear.jitter, tenax::Jitter::None);
+        assert_eq!(max_attempts_of(&retry, "SEND_EMAIL"), 9);
+        let fixed = retry["http"].policy.clone().unwrap();
+        assert_eq!(fixed.ceiling(5), Duration::from_millis(750));
+        assert_eq!(fixed.jitter, tenax::Jitter::None);
+        assert_eq!(
+            fixed.clamp_retry_after(Duration::from_secs(3600)),
+            Duration::from_secs(600)
+        );
+        assert_eq!(max_attempts_of(&retry, "http"), 5, "the standard budget");
+        // Only a budget: the command keeps its own backoff.
+        assert!(retry["billing.charge"].policy.is_none());
+        assert_eq!(max_attempts_of(&retry, "billing.charge"), 2);
+        assert_eq!(max_attempts_of(&retry, "OTHER"), 5);
+        // Defaults: exponential from 5 s to an hour, full jitter.
+        let default = retry_of("[retry.X]\njitter = \"equal\"\n").unwrap()["X"]
+            .policy
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (default.ceiling(1), default.ceiling(30), default.jitter),
+            (
+                Duration::from_secs(5),
+                Duration::from_secs(3600),
+                tenax::Jitter::Equal
+            )
+        );
+    }
+
+    #[test]
+    fn bad_retry_tables_are_refused_with_the_key_named() {
+        for (text, wanted) in [
+            (
+                "[retry.X]\nbackoff = \"quadratic\"\n",
+                [
+                    "retry.\"X\".backoff",
+                    "\"quadratic\"",
+                    "exponential, fixed or linear",
+                ],
+            ),
+            (
+                "[retry.X]\nbase = \"soon\"\n",
+                ["retry.\"X\".base", "\"soon\"", "duration"],
+            ),
+            (
+                "[retry.X]\nbase = \"1m\"\ncap = \"10s\"\n",
+                ["retry.\"X\".cap", "10s", "below the base"],
+            ),
+            (
+                "[retry.X]\nbackoff = \"linear\"\n",
+                ["retry.\"X\".step", "linear", "needs"],
+            ),
+            (
+                "[retry.X]\nstep = \"1s\"\n",
+                ["retry.\"X\".step", "only a linear", "exponential"],
+            ),
+            (
+                "[retry.X]\nbackoff = \"fixed\"\ncap = \"1m\"\n",
+                ["retry.\"X\".cap", "fixed", "no cap"],
+            ),
+            (
+                "[retry.X]\njitter = \"some\"\n",
+                ["retry.\"X\".jitter", "\"some\"", "full, equal or none"],
+            ),
+            (
+                "[retry.X]\nmax_attempts = 0\n",
+                ["retry.\"X\".max_attempts", "0", "1 to 1000"],
+            ),
+            (
+                "[retry.X]\nmax_attempts = 1001\n",
+                ["retry.\"X\".max_attempts", "1001", "1 to 1000"],
+            ),
+            (
+                "[retry.\"has space\"]\nmax_attempts = 3\n",
+                ["retry.\"has space\"", "not a command type", ""],
+            ),
+        ] {
+            let err = match retry_of(text) {
+                Ok(r) => panic!("accepted {text:?}: {r:?}"),
+                Err(e) => format!("{e:#}"),
+            };
+            for part in wanted {
+                assert!(err.contains(part), "{text:?}: {err:?} lacks {part:?}");
+            }
+        }
+        // Unknown keys are refused by name.
+        let err = format!(
+            "{:#}",
+            retry_of("[retry.X]\nbase_delay = \"1s\"\n").unwrap_err()
+        );
+        assert!(err.contains("base_delay"), "{err}");
+    }
+
+    #[test]
+    fn the_missed_tick_grace_is_read_and_checked_against_the_scheduler_interval() {
+        let worker = |text: &str| {
+            let file = parse(text).unwrap();
+            worker_config(&file.worker, None, None, None, None, None, None)
+        };
+        let config = worker("[worker]\nmissed_tick_grace = \"10m\"\n").unwrap();
+        assert_eq!(config.missed_tick_grace, Duration::from_secs(600));
+        assert_eq!(
+            worker("").unwrap().missed_tick_grace,
+            tenax::MissedTicks::GRACE
+        );
+        let err = worker("[worker]\nscheduler_interval = \"5s\"\nmissed_tick_grace = \"2s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missed tick grace"), "{err}");
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct Kinds {
     /// Secret payload fields (`[secrets]`), masked by the worker, the server and the
     /// relays.
     pub(crate) secrets: tenax::Secrets,
+    /// Retry policies and attempt budgets per command type (`[retry."TYPE"]`).
+    pub(crate) retry: std::collections::BTreeMap<String, crate::config::CommandRetry>,
 }
 
 impl Kinds {
@@ -51,6 +53,7 @@ impl Kinds {
             alerts: file.alerts.clone().unwrap_or_default(),
             events,
             secrets,
+            retry: crate::config::retry_policies(&file.retry)?,
         };
         kinds.http.validate()?;
         kinds.exec.validate()?;
@@ -89,6 +92,26 @@ impl Kinds {
         }
         if !self.exec.allow.is_empty() {
             registry.register(ExecKind::new(self.exec.clone())?)?;
+        }
+        Ok(())
+    }
+
+    /// Give the handlers of `registry` the retry policies of `[retry."TYPE"]`. A table
+    /// for a type this process runs no handler of only sets the attempt budget where
+    /// tasks are enqueued.
+    pub(crate) fn apply_retry(&self, registry: &mut Registry) -> anyhow::Result<()> {
+        for (command_type, retry) in &self.retry {
+            let Some(policy) = &retry.policy else {
+                continue;
+            };
+            if registry.get(command_type).is_none() {
+                tracing::info!(
+                    command_type,
+                    "retry.{command_type:?}: no handler of this type runs here; its policy applies where one does"
+                );
+                continue;
+            }
+            registry.set_retry_policy(command_type, policy.clone())?;
         }
         Ok(())
     }

@@ -241,6 +241,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             for (command_type, fields) in kinds.secrets.fields() {
                 println!("secrets.{command_type} = {fields:?}");
             }
+            for (command_type, retry) in &kinds.retry {
+                let policy = match &retry.policy {
+                    Some(p) => format!(
+                        "backoff = {:?}, base = {}, cap = {}, jitter = {:?}, max_retry_after = {}",
+                        p.backoff,
+                        humantime::format_duration(p.base),
+                        humantime::format_duration(p.cap),
+                        p.jitter,
+                        humantime::format_duration(p.max_retry_after)
+                    ),
+                    None => "the command's own backoff".to_owned(),
+                };
+                println!(
+                    "retry.{command_type:?}: {policy}, max_attempts = {}",
+                    config::max_attempts_of(&kinds.retry, command_type)
+                );
+            }
             println!("server.wait_max = {:?}", server.wait_max);
             println!("server.db_timeout = {:?}", server.db_timeout);
             println!("server.batch_max = {}", server.batch_max);
@@ -278,11 +295,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         other => {
             init_tracing("warn");
+            let retry = config::retry_policies(&file.retry)?;
             let client = tenax::Client::connect(&database_url).await?;
             match other {
-                Commands::Enqueue(args) => tasks::enqueue(&client, args).await,
+                Commands::Enqueue(args) => tasks::enqueue(&client, args, &retry).await,
                 Commands::Tasks(command) => tasks::run(&client, command, &file.secrets()?).await,
-                Commands::Schedules(command) => schedules::run(&client, command).await,
+                Commands::Schedules(command) => schedules::run(&client, command, &retry).await,
                 Commands::Queues(command) => queues::run(&client, command).await,
                 Commands::RateLimits(command) => rates::run(&client, command).await,
                 Commands::Audit(command) => audit::run(&client, command).await,

@@ -53,7 +53,7 @@ pub(crate) struct AddArgs {
     #[arg(long, requires = "cron")]
     timezone: Option<String>,
     /// After an outage, fire the latest N missed ticks (1-1000) instead of skipping
-    /// ticks more than a minute late.
+    /// ticks later than the workers' `missed_tick_grace` (a minute by default).
     #[arg(long, value_name = "N")]
     catch_up: Option<u32>,
     /// Queue of the enqueued tasks.
@@ -62,9 +62,10 @@ pub(crate) struct AddArgs {
     /// Priority 0-9 (9 most urgent).
     #[arg(long, default_value_t = 5)]
     priority: u8,
-    /// Attempt budget of each task.
-    #[arg(long, default_value_t = 5)]
-    max_attempts: u32,
+    /// Attempt budget of each task [default: the `max_attempts` of `[retry."TYPE"]` in
+    /// tenax.toml, else 5].
+    #[arg(long)]
+    max_attempts: Option<u32>,
     /// Per-attempt timeout of each task.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     timeout: Duration,
@@ -92,10 +93,14 @@ fn describe(s: &ScheduleRecord) -> String {
     )
 }
 
-pub(crate) async fn run(client: &Client, command: SchedulesCommand) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    client: &Client,
+    command: SchedulesCommand,
+    retry: &std::collections::BTreeMap<String, crate::config::CommandRetry>,
+) -> anyhow::Result<()> {
     match command {
         SchedulesCommand::List => list(client).await,
-        SchedulesCommand::Add(args) => add(client, args).await,
+        SchedulesCommand::Add(args) => add(client, args, retry).await,
         SchedulesCommand::Pause(NameArg { name }) => {
             let s = client.pause_schedule(&name).await?;
             println!("paused {}", describe(&s));
@@ -114,7 +119,11 @@ pub(crate) async fn run(client: &Client, command: SchedulesCommand) -> anyhow::R
     }
 }
 
-async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
+async fn add(
+    client: &Client,
+    args: AddArgs,
+    retry: &std::collections::BTreeMap<String, crate::config::CommandRetry>,
+) -> anyhow::Result<()> {
     let payload: serde_json::Value =
         serde_json::from_str(&args.payload).context("the payload is not valid JSON")?;
     let mut schedule = match (&args.cron, args.every) {
@@ -132,7 +141,10 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
         .command_raw(&args.command_type, &payload)
         .queue(args.queue)
         .priority(args.priority)
-        .max_attempts(args.max_attempts)
+        .max_attempts(
+            args.max_attempts
+                .unwrap_or_else(|| crate::config::max_attempts_of(retry, &args.command_type)),
+        )
         .timeout(args.timeout);
     let (record, change) = client.upsert_schedule(schedule).await?;
     let verb = match change {

@@ -81,6 +81,11 @@ impl ServeArgs {
             callback_allow_hosts: kinds.callbacks.allow_hosts.clone(),
             http_targets: kinds.http.targets.keys().cloned().collect(),
             exec_programs: kinds.exec.allow.keys().cloned().collect(),
+            max_attempts: kinds
+                .retry
+                .iter()
+                .filter_map(|(t, r)| Some((t.clone(), r.max_attempts?)))
+                .collect(),
         };
         let warnings = config.validate()?;
         Ok((config, warnings))

@@ -25,9 +25,10 @@ pub(crate) struct EnqueueArgs {
     /// Priority 0-9 (9 most urgent).
     #[arg(long, default_value_t = CommandDefaults::STANDARD.priority)]
     priority: u8,
-    /// Attempt budget.
-    #[arg(long, default_value_t = CommandDefaults::STANDARD.max_attempts)]
-    max_attempts: u32,
+    /// Attempt budget [default: the `max_attempts` of `[retry."TYPE"]` in tenax.toml,
+    /// else 5].
+    #[arg(long)]
+    max_attempts: Option<u32>,
     /// Per-attempt timeout [default: 30m, `CommandDefaults::STANDARD`].
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -87,14 +88,21 @@ pub(crate) struct ListArgs {
     limit: u32,
 }
 
-pub(crate) async fn enqueue(client: &Client, args: EnqueueArgs) -> anyhow::Result<()> {
+pub(crate) async fn enqueue(
+    client: &Client,
+    args: EnqueueArgs,
+    retry: &std::collections::BTreeMap<String, crate::config::CommandRetry>,
+) -> anyhow::Result<()> {
     let payload: serde_json::Value =
         serde_json::from_str(&args.payload).context("the payload is not valid JSON")?;
     let mut enqueue = client
         .enqueue_raw(&args.command_type, &payload)
         .queue(args.queue)
         .priority(args.priority)
-        .max_attempts(args.max_attempts)
+        .max_attempts(
+            args.max_attempts
+                .unwrap_or_else(|| crate::config::max_attempts_of(retry, &args.command_type)),
+        )
         .timeout(args.timeout.unwrap_or(CommandDefaults::STANDARD.timeout))
         .payload_version(args.payload_version);
     if let Some(no) = args.task_no {

@@ -259,6 +259,7 @@ pub(crate) async fn run_on(
     }
     let mut registry = args.bank.registry_of(&args.commands)?;
     kinds.register(&mut registry)?;
+    kinds.apply_retry(&mut registry)?;
     let senders = kinds.spawn_senders(&storage, &config, &shutdown)?;
     let mut worker = Worker::new(storage, registry, config)?;
     if let Some(path) = &args.ledger {

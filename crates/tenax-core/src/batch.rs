@@ -250,6 +250,56 @@ pub trait DynBatchHandler: Send + Sync + 'static {
     ) -> BoxFuture<'static, Vec<Result<String, CommandError>>>;
 }
 
+/// A batch handler whose retry policy was set by
+/// [`Registry::set_retry_policy`](crate::Registry::set_retry_policy).
+pub(crate) struct BatchWithPolicy {
+    inner: Arc<dyn DynBatchHandler>,
+    policy: RetryPolicy,
+}
+
+impl BatchWithPolicy {
+    pub(crate) fn new(inner: Arc<dyn DynBatchHandler>, policy: RetryPolicy) -> Self {
+        Self { inner, policy }
+    }
+}
+
+impl DynBatchHandler for BatchWithPolicy {
+    fn command_type(&self) -> &'static str {
+        self.inner.command_type()
+    }
+
+    fn version(&self) -> u32 {
+        self.inner.version()
+    }
+
+    fn max_batch(&self) -> u32 {
+        self.inner.max_batch()
+    }
+
+    fn max_wait(&self) -> Duration {
+        self.inner.max_wait()
+    }
+
+    fn concurrency(&self) -> u32 {
+        self.inner.concurrency()
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        self.policy.clone()
+    }
+
+    fn batch_key(&self, payload: &str, version: u32) -> Result<Option<String>, CommandError> {
+        self.inner.batch_key(payload, version)
+    }
+
+    fn execute_batch(
+        self: Arc<Self>,
+        items: Vec<RawItem>,
+    ) -> BoxFuture<'static, Vec<Result<String, CommandError>>> {
+        self.inner.clone().execute_batch(items)
+    }
+}
+
 pub(crate) struct ErasedBatch<C>(pub(crate) Arc<C>);
 
 impl<C: BatchCommand> DynBatchHandler for ErasedBatch<C> {
@@ -486,5 +536,38 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.is_retryable(), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_retry_policy_set_by_configuration_wins_and_the_handler_still_runs() {
+        let mut registry = Registry::new();
+        registry.register_batch(Tens { answer: 1 }).unwrap();
+        let declared = registry.get("TENS").unwrap().retry_policy().ceiling(3);
+        let fixed = RetryPolicy::fixed(Duration::from_millis(1500));
+        registry.set_retry_policy("TENS", fixed.clone()).unwrap();
+        // Set twice: the last one wins.
+        registry
+            .set_retry_policy("TENS", RetryPolicy::fixed(Duration::from_millis(700)))
+            .unwrap();
+        let single = registry.get("TENS").unwrap();
+        let batch = registry.batch_handlers().remove(0);
+        for ceiling in [
+            single.retry_policy().ceiling(3),
+            batch.retry_policy().ceiling(3),
+        ] {
+            assert_eq!(ceiling, Duration::from_millis(700));
+            assert_ne!(ceiling, declared);
+        }
+        // Everything else is the command's own.
+        assert_eq!((batch.max_batch(), batch.version()), (4, 1));
+        assert_eq!(batch.batch_key(r#"{"n":3}"#, 1), Ok(Some("k1".to_owned())));
+        let out = single.execute(r#"{"n":7}"#.into(), 1, raw("").task).await;
+        assert_eq!(out, Ok("70".to_owned()));
+        let items = vec![raw(r#"{"n":2}"#)];
+        assert_eq!(batch.execute_batch(items).await, vec![Ok("20".to_owned())]);
+        assert_eq!(
+            registry.set_retry_policy("NOPE", fixed).unwrap_err(),
+            crate::RegistryError::Unknown("NOPE".to_owned())
+        );
     }
 }

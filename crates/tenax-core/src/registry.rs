@@ -21,6 +21,9 @@ pub enum RegistryError {
     /// Two handlers for one type name.
     #[error("command type {0:?} is registered twice")]
     Duplicate(String),
+    /// A setting names a type with no handler.
+    #[error("command type {0:?} is not registered")]
+    Unknown(String),
     /// The type name or a default is invalid.
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
@@ -140,6 +143,45 @@ impl<C: Command> DynHandler for Erased<C> {
     }
 }
 
+/// A handler whose retry policy was set by [`Registry::set_retry_policy`]: everything
+/// else is the wrapped handler's.
+struct WithPolicy {
+    inner: Arc<dyn DynHandler>,
+    policy: RetryPolicy,
+}
+
+impl DynHandler for WithPolicy {
+    fn command_type(&self) -> &'static str {
+        self.inner.command_type()
+    }
+
+    fn version(&self) -> u32 {
+        self.inner.version()
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        self.policy.clone()
+    }
+
+    fn execute(
+        self: Arc<Self>,
+        payload: String,
+        version: u32,
+        task: TaskContext,
+    ) -> BoxFuture<'static, Result<String, CommandError>> {
+        self.inner.clone().execute(payload, version, task)
+    }
+
+    fn compensate(
+        self: Arc<Self>,
+        payload: String,
+        version: u32,
+        task: TaskContext,
+    ) -> BoxFuture<'static, Result<(), CommandError>> {
+        self.inner.clone().compensate(payload, version, task)
+    }
+}
+
 /// Defaults a command declares for the tasks enqueued for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandDefaults {
@@ -239,6 +281,50 @@ impl Registry {
         let shared = batched.inner().clone();
         self.register(batched)?;
         self.batches.insert(C::TYPE, Arc::new(ErasedBatch(shared)));
+        Ok(self)
+    }
+
+    /// Retry the tasks of `command_type` with `policy` instead of the policy its
+    /// command declares ([`Command::retry_policy`]): how a deployment tunes a handler's
+    /// backoff from its configuration (`[retry."TYPE"]` in `tenax.toml`) without
+    /// changing its code. The attempt budget is the task's own, set at enqueue.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tenax_core::{Command, CommandError, Registry, RetryPolicy, TaskContext};
+    /// # struct Ping;
+    /// # impl Command for Ping {
+    /// #     const TYPE: &'static str = "PING";
+    /// #     type Context = ();
+    /// #     type Output = ();
+    /// #     async fn execute(&self, _: (), _: &TaskContext) -> Result<(), CommandError> { Ok(()) }
+    /// # }
+    /// let mut registry = Registry::new();
+    /// registry.register(Ping).unwrap();
+    /// registry.set_retry_policy("PING", RetryPolicy::fixed(Duration::from_secs(2))).unwrap();
+    /// let ping = registry.get("PING").unwrap();
+    /// assert_eq!(ping.retry_policy().ceiling(7), Duration::from_secs(2));
+    /// assert!(registry.set_retry_policy("PONG", RetryPolicy::default()).is_err());
+    /// ```
+    pub fn set_retry_policy(
+        &mut self,
+        command_type: &str,
+        policy: RetryPolicy,
+    ) -> Result<&mut Self, RegistryError> {
+        let Some((name, handler)) = self.handlers.get_key_value(command_type) else {
+            return Err(RegistryError::Unknown(command_type.to_owned()));
+        };
+        // Set twice, the outer wrapper answers: the last policy wins.
+        let (name, inner) = (*name, handler.clone());
+        let wrapped = WithPolicy {
+            inner,
+            policy: policy.clone(),
+        };
+        self.handlers.insert(name, Arc::new(wrapped));
+        if let Some(batch) = self.batches.get(name).cloned() {
+            let wrapped = crate::batch::BatchWithPolicy::new(batch, policy);
+            self.batches.insert(name, Arc::new(wrapped));
+        }
         Ok(self)
     }
 

@@ -224,9 +224,10 @@ impl fmt::Display for Cadence {
 /// What happens to ticks that passed while no scheduler ran (an outage, a deploy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MissedTicks {
-    /// Ticks more than [`MissedTicks::GRACE`] late are skipped; the schedule goes on
-    /// from the next tick. Ticks within the grace fire (a scheduler that is a few
-    /// polls late loses nothing). The default.
+    /// Ticks later than the scheduler's grace ([`MissedTicks::GRACE`] by default, the
+    /// worker's `missed_tick_grace`) are skipped; the schedule goes on from the next
+    /// tick. Ticks within the grace fire (a scheduler that is a few polls late loses
+    /// nothing). The default.
     #[default]
     Skip,
     /// Fire the most recent ticks that are due, at most this many (1 to
@@ -235,7 +236,8 @@ pub enum MissedTicks {
 }
 
 impl MissedTicks {
-    /// How late a tick may be and still fire under [`MissedTicks::Skip`].
+    /// How late a tick may be and still fire under [`MissedTicks::Skip`], unless the
+    /// scheduler is given another grace.
     pub const GRACE: Duration = Duration::from_secs(60);
     /// The most ticks one schedule fires at once.
     pub const MAX_CATCH_UP: u32 = 1000;
@@ -270,7 +272,8 @@ pub struct FirePlan {
     pub next: Option<DateTime<Utc>>,
 }
 
-/// Which ticks of a schedule due since `next_fire_at` fire at `now`, under `missed`.
+/// Which ticks of a schedule due since `next_fire_at` fire at `now`, under `missed`;
+/// under [`MissedTicks::Skip`], ticks more than `grace` late are skipped.
 ///
 /// Walks back from the last tick at or before `now`, so a long outage costs at most
 /// [`MissedTicks::MAX_CATCH_UP`] steps, never one per missed tick.
@@ -279,6 +282,7 @@ pub fn plan_fire(
     next_fire_at: DateTime<Utc>,
     now: DateTime<Utc>,
     missed: MissedTicks,
+    grace: Duration,
 ) -> FirePlan {
     let next = cadence.next_after(now);
     if next_fire_at > now {
@@ -287,7 +291,7 @@ pub fn plan_fire(
             next: Some(next_fire_at),
         };
     }
-    let grace = TimeDelta::from_std(MissedTicks::GRACE).unwrap_or(TimeDelta::MAX);
+    let grace = TimeDelta::from_std(grace).unwrap_or(TimeDelta::MAX);
     let (oldest, limit) = match missed {
         MissedTicks::Skip => (
             next_fire_at.max(now.checked_sub_signed(grace).unwrap_or(now)),

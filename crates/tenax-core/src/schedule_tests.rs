@@ -190,7 +190,7 @@ proptest! {
         let next_fire_at = cadence.next_after(t).unwrap();
         let now = next_fire_at + TimeDelta::seconds(late_s);
         let missed = catch_up.map_or(MissedTicks::Skip, MissedTicks::CatchUp);
-        let plan = plan_fire(&cadence, next_fire_at, now, missed);
+        let plan = plan_fire(&cadence, next_fire_at, now, missed, MissedTicks::GRACE);
         prop_assert!(plan.next.unwrap() > now);
         let limit = catch_up.unwrap_or(MissedTicks::MAX_CATCH_UP) as usize;
         prop_assert!(plan.ticks.len() <= limit);
@@ -308,10 +308,22 @@ fn skip_drops_ticks_older_than_the_grace_and_catch_up_is_bounded() {
     let minutely = Cadence::cron("0 * * * * *", None).unwrap();
     let next_fire_at = utc("2026-01-01T10:00:00Z");
     let now = utc("2026-01-01T11:00:30Z");
-    let skip = plan_fire(&minutely, next_fire_at, now, MissedTicks::Skip);
+    let skip = plan_fire(
+        &minutely,
+        next_fire_at,
+        now,
+        MissedTicks::Skip,
+        MissedTicks::GRACE,
+    );
     assert_eq!(skip.ticks, [utc("2026-01-01T11:00:00Z")]);
     assert_eq!(skip.next, Some(utc("2026-01-01T11:01:00Z")));
-    let catch_up = plan_fire(&minutely, next_fire_at, now, MissedTicks::CatchUp(3));
+    let catch_up = plan_fire(
+        &minutely,
+        next_fire_at,
+        now,
+        MissedTicks::CatchUp(3),
+        MissedTicks::GRACE,
+    );
     assert_eq!(
         catch_up.ticks,
         [
@@ -320,7 +332,13 @@ fn skip_drops_ticks_older_than_the_grace_and_catch_up_is_bounded() {
             utc("2026-01-01T11:00:00Z")
         ]
     );
-    let not_due = plan_fire(&minutely, now, next_fire_at, MissedTicks::Skip);
+    let not_due = plan_fire(
+        &minutely,
+        now,
+        next_fire_at,
+        MissedTicks::Skip,
+        MissedTicks::GRACE,
+    );
     assert!(not_due.ticks.is_empty());
     assert_eq!(not_due.next, Some(now));
 }

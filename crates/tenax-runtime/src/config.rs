@@ -83,6 +83,12 @@ pub struct WorkerConfig {
     /// Time between scheduler passes; a tick fires at most about this late. Defaults
     /// to [`WorkerConfig::SCHEDULER_INTERVAL_DEFAULT`] (1 s).
     pub scheduler_interval: Duration,
+    /// How late a tick of a schedule that skips missed ticks
+    /// ([`MissedTicks::Skip`](tenax_core::MissedTicks::Skip), the default) may be and
+    /// still fire: after an outage or a deploy longer than this, the ticks it missed
+    /// are skipped. At least [`WorkerConfig::scheduler_interval`]. Defaults to
+    /// [`MissedTicks::GRACE`](tenax_core::MissedTicks::GRACE) (1 minute).
+    pub missed_tick_grace: Duration,
     /// Queues of [`WorkerConfig::queues`] claimed only in quiet periods. Defaults to
     /// none.
     pub background: Vec<BackgroundQueue>,
@@ -189,6 +195,12 @@ impl WorkerConfig {
         {
             return err("poll, reaper, pruner and scheduler intervals must be positive".into());
         }
+        if self.missed_tick_grace < self.scheduler_interval {
+            return err(format!(
+                "missed tick grace ({:?}) must be at least the scheduler interval ({:?}): a tick found one pass late would be skipped",
+                self.missed_tick_grace, self.scheduler_interval
+            ));
+        }
         if self.fence_margin >= self.lease_ttl {
             return err(format!(
                 "fence margin ({:?}) must be shorter than the lease TTL ({:?})",
@@ -288,6 +300,7 @@ impl Default for WorkerConfig {
             background: Vec::new(),
             scheduler: true,
             scheduler_interval: Self::SCHEDULER_INTERVAL_DEFAULT,
+            missed_tick_grace: tenax_core::MissedTicks::GRACE,
             secrets: tenax_core::Secrets::default(),
         }
     }
@@ -371,6 +384,11 @@ mod tests {
             },
             WorkerConfig {
                 scheduler_interval: Duration::ZERO,
+                ..Default::default()
+            },
+            WorkerConfig {
+                scheduler_interval: Duration::from_secs(5),
+                missed_tick_grace: Duration::from_secs(4),
                 ..Default::default()
             },
         ];

@@ -84,6 +84,7 @@ impl Client {
             .schedule_fire_due(&ScheduleFireParams {
                 limit: FIRE_BATCH,
                 now: at,
+                grace: tenax_core::MissedTicks::GRACE,
             })
             .await?)
     }
@@ -139,7 +140,7 @@ async fn declare(storage: &Arc<dyn Storage>, schedules: &[ScheduleDef], stop: &C
 }
 
 /// Fire due ticks until none is due.
-async fn fire_due(storage: &Arc<dyn Storage>) {
+async fn fire_due(storage: &Arc<dyn Storage>, grace: Duration) {
     // Each call advances every schedule it fires past now, so this ends; the bound
     // only keeps a pathological clock from spinning.
     for _ in 0..10 {
@@ -147,6 +148,7 @@ async fn fire_due(storage: &Arc<dyn Storage>) {
             .schedule_fire_due(&ScheduleFireParams {
                 limit: FIRE_BATCH,
                 now: None,
+                grace,
             })
             .await;
         match fired {
@@ -166,13 +168,14 @@ async fn fire_due(storage: &Arc<dyn Storage>) {
     }
 }
 
-/// Declare `schedules`, then (when `enabled`) fire due ticks every `interval` until
-/// `stop`.
+/// Declare `schedules`, then (when `enabled`) fire due ticks every `interval`, those
+/// of skipping schedules at most `grace` late, until `stop`.
 pub(crate) async fn scheduler_loop(
     storage: Arc<dyn Storage>,
     schedules: Vec<ScheduleDef>,
     enabled: bool,
     interval: Duration,
+    grace: Duration,
     stop: CancellationToken,
 ) {
     declare(&storage, &schedules, &stop).await;
@@ -180,7 +183,7 @@ pub(crate) async fn scheduler_loop(
         return;
     }
     loop {
-        fire_due(&storage).await;
+        fire_due(&storage, grace).await;
         if !jittered(interval, &stop).await {
             return;
         }

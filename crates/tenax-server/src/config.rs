@@ -66,6 +66,10 @@ pub struct ServerConfig {
     /// The program names of the `exec` kind's allow-list. When not empty, an `exec` task
     /// naming another program is refused at enqueue (422).
     pub exec_programs: BTreeSet<String>,
+    /// The attempt budget of a task of this command type enqueued without one (the
+    /// `max_attempts` of `[retry."TYPE"]`); other types get
+    /// [`CommandDefaults::STANDARD`](tenax_core::CommandDefaults::STANDARD)'s.
+    pub max_attempts: BTreeMap<String, u32>,
 }
 
 impl Default for ServerConfig {
@@ -83,7 +87,18 @@ impl Default for ServerConfig {
             callback_allow_hosts: Vec::new(),
             http_targets: BTreeSet::new(),
             exec_programs: BTreeSet::new(),
+            max_attempts: BTreeMap::new(),
         }
+    }
+}
+
+impl ServerConfig {
+    /// The attempt budget of a task of `command_type` enqueued without one.
+    pub fn max_attempts_of(&self, command_type: &str) -> u32 {
+        self.max_attempts
+            .get(command_type)
+            .copied()
+            .unwrap_or(tenax_core::CommandDefaults::STANDARD.max_attempts)
     }
 }
 

@@ -404,6 +404,10 @@ pub struct ScheduleFireParams {
     pub limit: u32,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+    /// How late a tick of a [`MissedTicks::Skip`](tenax_core::MissedTicks::Skip)
+    /// schedule may be and still fire (the worker's `missed_tick_grace`; by default
+    /// [`MissedTicks::GRACE`](tenax_core::MissedTicks::GRACE)).
+    pub grace: std::time::Duration,
 }
 
 /// One tick a [`Storage::schedule_fire_due`](crate::Storage::schedule_fire_due) call

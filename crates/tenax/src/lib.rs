@@ -40,10 +40,11 @@
 #![forbid(unsafe_code)]
 
 pub use tenax_core::{
-    defaults_of, AttemptOutcome, AttemptRecord, Backoff, BatchCommand, BatchItem, Batched, Command,
-    CommandDefaults, CommandError, CompensationState, ExecutionHook, ExecutionOutcome, HookFuture,
-    InvalidInput, Jitter, LoadAware, ParentResult, Priority, QueueName, Registry, RegistryError,
-    ResultExt, RetryPolicy, Secrets, TaskContext, TaskId, TaskKind, TaskNo, TaskRecord, TaskStatus,
+    defaults_of, validate_command_type, AttemptOutcome, AttemptRecord, Backoff, BatchCommand,
+    BatchItem, Batched, Command, CommandDefaults, CommandError, CompensationState, ExecutionHook,
+    ExecutionOutcome, HookFuture, InvalidInput, Jitter, LoadAware, ParentResult, Priority,
+    QueueName, Registry, RegistryError, ResultExt, RetryPolicy, Secrets, TaskContext, TaskId,
+    TaskKind, TaskNo, TaskRecord, TaskStatus,
 };
 pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{

@@ -271,6 +271,7 @@ impl Worker {
             schedules,
             shared.config.scheduler,
             shared.config.scheduler_interval,
+            shared.config.missed_tick_grace,
             background.clone(),
         ));
 

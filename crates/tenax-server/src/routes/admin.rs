@@ -184,12 +184,13 @@ pub(crate) async fn create_schedule(
     )?;
     let d = tenax_core::CommandDefaults::STANDARD;
     let priority = small("priority", req.priority, 0, 9, i64::from(d.priority))?;
+    let default_attempts = state.config().max_attempts_of(&req.command_type);
     let max_attempts = small(
         "max_attempts",
         req.max_attempts,
         1,
         1000,
-        i64::from(d.max_attempts),
+        i64::from(default_attempts),
     )?;
     let timeout_ms = small(
         "timeout_ms",
@@ -202,7 +203,7 @@ pub(crate) async fn create_schedule(
         .command_raw(&req.command_type, &req.payload)
         .queue(queue.to_string())
         .priority(u8::try_from(priority).unwrap_or(d.priority))
-        .max_attempts(u32::try_from(max_attempts).unwrap_or(d.max_attempts))
+        .max_attempts(u32::try_from(max_attempts).unwrap_or(default_attempts))
         .timeout(u64::try_from(timeout_ms).map_or(d.timeout, Duration::from_millis))
         .build()
         .map_err(schedule_refused)?;

@@ -242,12 +242,13 @@ pub(crate) fn insert_params(
     )?;
     let priority = Priority::new(u8::try_from(priority).unwrap_or(Priority::DEFAULT.get()))?;
     let d = tenax_core::CommandDefaults::STANDARD;
+    let default_attempts = state.config().max_attempts_of(&req.command_type);
     let max_attempts = in_range(
         "max_attempts",
         req.max_attempts,
         1,
         1000,
-        i64::from(d.max_attempts),
+        i64::from(default_attempts),
     )?;
     let timeout_ms = in_range(
         "timeout_ms",
@@ -283,7 +284,7 @@ pub(crate) fn insert_params(
         payload_version: u32::try_from(payload_version).unwrap_or(1),
         queue: queue.to_string(),
         priority,
-        max_attempts: u32::try_from(max_attempts).unwrap_or(d.max_attempts),
+        max_attempts: u32::try_from(max_attempts).unwrap_or(default_attempts),
         timeout: u64::try_from(timeout_ms).map_or(d.timeout, Duration::from_millis),
         run_at,
         now: None,

@@ -272,7 +272,7 @@ impl MySqlStorage {
         let mut fired = Vec::new();
         for row in &rows {
             let schedule = schedule_from_row(row)?;
-            fire_one(&mut tx, &schedule, now, &mut fired).await?;
+            fire_one(&mut tx, &schedule, now, params.grace, &mut fired).await?;
         }
         tx.commit().await.map_err(map_err)?;
         Ok(fired)
@@ -284,13 +284,14 @@ async fn fire_one(
     tx: &mut Transaction<'static, MySql>,
     schedule: &ScheduleRecord,
     now: DbTime,
+    grace: std::time::Duration,
     fired: &mut Vec<FiredTick>,
 ) -> Result<()> {
     let def = &schedule.def;
     let Some(next_fire_at) = schedule.next_fire_at else {
         return Ok(());
     };
-    let plan = plan_fire(&def.cadence, next_fire_at, utc(now), def.missed);
+    let plan = plan_fire(&def.cadence, next_fire_at, utc(now), def.missed, grace);
     for tick in &plan.ticks {
         let inserted = sqlx::query(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,

@@ -244,7 +244,7 @@ impl PgStorage {
                 let mut fired = Vec::new();
                 for row in &rows {
                     let schedule = schedule_from_row(row)?;
-                    fire_one(&mut tx, &schedule, now, &mut fired).await?;
+                    fire_one(&mut tx, &schedule, now, params.grace, &mut fired).await?;
                 }
                 tx.commit().await.map_err(map_err)?;
                 Ok(fired)
@@ -262,13 +262,14 @@ async fn fire_one(
     tx: &mut Transaction<'static, Postgres>,
     schedule: &ScheduleRecord,
     now: DateTime<Utc>,
+    grace: std::time::Duration,
     fired: &mut Vec<FiredTick>,
 ) -> Result<()> {
     let def = &schedule.def;
     let Some(next_fire_at) = schedule.next_fire_at else {
         return Ok(());
     };
-    let plan = plan_fire(&def.cadence, next_fire_at, now, def.missed);
+    let plan = plan_fire(&def.cadence, next_fire_at, now, def.missed, grace);
     let mut enqueued = false;
     for tick in &plan.ticks {
         let id: Option<i64> = sqlx::query_scalar(

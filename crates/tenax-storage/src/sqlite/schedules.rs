@@ -234,7 +234,7 @@ impl SqliteStorage {
         let mut fired = Vec::new();
         for row in &rows {
             let schedule = schedule_from_row(row)?;
-            fire_one(&mut tx, &schedule, now, &mut fired).await?;
+            fire_one(&mut tx, &schedule, now, params.grace, &mut fired).await?;
         }
         tx.commit().await.map_err(map_err)?;
         if fired.iter().any(|f| f.task.is_some()) {
@@ -249,13 +249,14 @@ async fn fire_one(
     tx: &mut Transaction<'static, Sqlite>,
     schedule: &ScheduleRecord,
     now: i64,
+    grace: std::time::Duration,
     fired: &mut Vec<FiredTick>,
 ) -> Result<()> {
     let def = &schedule.def;
     let Some(next_fire_at) = schedule.next_fire_at else {
         return Ok(());
     };
-    let plan = plan_fire(&def.cadence, next_fire_at, now_of(now)?, def.missed);
+    let plan = plan_fire(&def.cadence, next_fire_at, now_of(now)?, def.missed, grace);
     for tick in &plan.ticks {
         let id: Option<i64> = sqlx::query_scalar(
             "INSERT INTO tenax_tasks (task_no, kind, command_type, payload, payload_version, queue,

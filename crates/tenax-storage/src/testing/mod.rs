@@ -281,6 +281,7 @@ macro_rules! conformance_tests {
                 an_expired_lease_with_a_cancel_request_is_reaped_cancelled,
                 a_tick_fires_once_when_two_nodes_fire_together,
                 missed_ticks_are_skipped_or_caught_up_within_the_bound,
+                the_missed_tick_grace_is_the_schedulers_to_set,
                 pause_and_resume_and_remove,
                 an_invalid_schedule_changes_nothing,
                 a_time_zone_schedule_fires_at_the_right_utc_instants_across_dst,

@@ -44,6 +44,7 @@ async fn fire(storage: &dyn Storage, now: DateTime<Utc>) -> Vec<FiredTick> {
         .schedule_fire_due(&ScheduleFireParams {
             limit: 100,
             now: Some(now),
+            grace: tenax_core::MissedTicks::GRACE,
         })
         .await
         .unwrap()
@@ -170,6 +171,41 @@ pub async fn missed_ticks_are_skipped_or_caught_up_within_the_bound(h: &Harness)
     assert_eq!(ticks_of(&fired, "catch").len(), 3);
     let stats = h.storage.stats().await.unwrap();
     assert_eq!(stats.total(), 1 + 3 + 1 + 3);
+}
+
+/// The scheduler's grace decides how late a skipping schedule's tick may fire: a tick
+/// five minutes late is skipped under the default grace (one minute) and fires under a
+/// grace of ten minutes; a tick later than any grace never fires.
+pub async fn the_missed_tick_grace_is_the_schedulers_to_set(h: &Harness) {
+    let t0 = utc("2026-06-01T00:00:00Z");
+    upsert(&*h.storage, &every("hourly", 3600, MissedTicks::Skip), t0).await;
+    let fire_with = |now: DateTime<Utc>, grace: Duration| {
+        let storage = h.storage.clone();
+        async move {
+            storage
+                .schedule_fire_due(&ScheduleFireParams {
+                    limit: 100,
+                    now: Some(now),
+                    grace,
+                })
+                .await
+                .unwrap()
+        }
+    };
+    // The 01:00 tick, five minutes late: the default grace skips it.
+    let fired = fire_with(utc("2026-06-01T01:05:00Z"), MissedTicks::GRACE).await;
+    assert!(ticks_of(&fired, "hourly").is_empty(), "{fired:?}");
+    assert_eq!(
+        next_fire_at(&*h.storage, "hourly").await,
+        Some(utc("2026-06-01T02:00:00Z"))
+    );
+    // The 02:00 tick, five minutes late, under a grace of ten minutes: it fires.
+    let fired = fire_with(utc("2026-06-01T02:05:00Z"), Duration::from_secs(600)).await;
+    assert_eq!(ticks_of(&fired, "hourly"), ["2026-06-01T02:00:00Z"]);
+    // The 03:00 tick, fifteen minutes late: later than the grace, skipped.
+    let fired = fire_with(utc("2026-06-01T03:15:00Z"), Duration::from_secs(600)).await;
+    assert!(ticks_of(&fired, "hourly").is_empty(), "{fired:?}");
+    assert_eq!(h.storage.stats().await.unwrap().total(), 1);
 }
 
 /// A paused schedule fires nothing; resumed, it goes on from its first tick after now
