@@ -1,7 +1,7 @@
 //! `tenax events ...`: which tasks write task events, and where the stream stands.
 use clap::{Args, Subcommand};
 use comfy_table::Table;
-use tenax::storage::{EventListParams, EventRuleParams};
+use tenax::storage::EventListParams;
 use tenax::Client;
 
 #[derive(Debug, Subcommand)]
@@ -25,6 +25,13 @@ pub(crate) struct RuleArgs {
     command_type: Option<String>,
 }
 
+impl RuleArgs {
+    /// The audit entry's details, as the HTTP API records them.
+    fn details(&self) -> serde_json::Value {
+        serde_json::json!({"queue": self.queue, "command_type": self.command_type})
+    }
+}
+
 fn shown(value: Option<&str>) -> &str {
     value.unwrap_or("(any)")
 }
@@ -33,14 +40,13 @@ pub(crate) async fn run(client: &Client, command: EventsCommand) -> anyhow::Resu
     let storage = client.storage();
     match command {
         EventsCommand::On(args) => {
-            let changed = storage
-                .event_rule_set(&EventRuleParams {
-                    queue: args.queue.clone(),
-                    command_type: args.command_type.clone(),
-                    enabled: true,
-                    now: None,
-                })
+            let changed = client
+                .events_on(args.queue.as_deref(), args.command_type.as_deref())
                 .await?;
+            if changed {
+                crate::audit::record(client, "events.rule_on", "event_rules", args.details())
+                    .await?;
+            }
             println!(
                 "events {} for queue {} and type {}",
                 if changed { "on" } else { "were already on" },
@@ -50,13 +56,8 @@ pub(crate) async fn run(client: &Client, command: EventsCommand) -> anyhow::Resu
             Ok(())
         }
         EventsCommand::Off(args) => {
-            let changed = storage
-                .event_rule_set(&EventRuleParams {
-                    queue: args.queue.clone(),
-                    command_type: args.command_type.clone(),
-                    enabled: false,
-                    now: None,
-                })
+            let changed = client
+                .events_off(args.queue.as_deref(), args.command_type.as_deref())
                 .await?;
             if !changed {
                 anyhow::bail!(
@@ -65,6 +66,7 @@ pub(crate) async fn run(client: &Client, command: EventsCommand) -> anyhow::Resu
                     shown(args.command_type.as_deref())
                 );
             }
+            crate::audit::record(client, "events.rule_off", "event_rules", args.details()).await?;
             println!(
                 "events off for queue {} and type {} (for tasks inserted from now on)",
                 shown(args.queue.as_deref()),
@@ -73,7 +75,7 @@ pub(crate) async fn run(client: &Client, command: EventsCommand) -> anyhow::Resu
             Ok(())
         }
         EventsCommand::Status => {
-            let rules = storage.event_rule_list().await?;
+            let rules = client.event_rules().await?;
             let mut table = Table::new();
             table.set_header(["queue", "type", "since"]);
             for rule in &rules {

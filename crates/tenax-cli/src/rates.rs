@@ -37,15 +37,6 @@ fn print_one(limit: &RateLimit) {
     );
 }
 
-/// The default burst: one second's worth of tokens, at least 1.
-fn default_burst(per_second: f64) -> u32 {
-    if per_second.is_finite() && per_second > 1.0 {
-        per_second.ceil().min(f64::from(u32::MAX)) as u32
-    } else {
-        1
-    }
-}
-
 pub(crate) async fn run(client: &Client, command: RateLimitsCommand) -> anyhow::Result<()> {
     match command {
         RateLimitsCommand::List => {
@@ -63,28 +54,32 @@ pub(crate) async fn run(client: &Client, command: RateLimitsCommand) -> anyhow::
             println!("{} rate limit(s)", limits.len());
         }
         RateLimitsCommand::Set(args) => {
-            let burst = args.burst.unwrap_or_else(|| default_burst(args.per_second));
-            print_one(
-                &client
-                    .set_rate_limit(&args.command_type, args.per_second, burst)
-                    .await?,
-            );
+            let burst = args
+                .burst
+                .unwrap_or_else(|| tenax::storage::RateLimit::default_burst(args.per_second));
+            let stored = client
+                .set_rate_limit(&args.command_type, args.per_second, burst)
+                .await?;
+            print_one(&stored);
+            crate::audit::record(
+                client,
+                "rate_limit.set",
+                &stored.command_type,
+                serde_json::json!({ "per_second": stored.per_second, "burst": stored.burst }),
+            )
+            .await?;
         }
         RateLimitsCommand::Remove { command_type } => {
             client.remove_rate_limit(&command_type).await?;
             println!("rate limit {command_type} removed");
+            crate::audit::record(
+                client,
+                "rate_limit.remove",
+                &command_type,
+                serde_json::json!({}),
+            )
+            .await?;
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_default_burst_is_one_second_of_tokens() {
-        assert_eq!(super::default_burst(0.5), 1);
-        assert_eq!(super::default_burst(20.0), 20);
-        assert_eq!(super::default_burst(2.5), 3);
-        assert_eq!(super::default_burst(f64::NAN), 1);
-    }
 }

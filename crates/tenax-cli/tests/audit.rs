@@ -132,6 +132,15 @@ fn bulk_actions_and_single_actions_are_recorded_in_the_audit_log() {
     ok(&url, &["schedules", "pause", "nightly"]);
     ok(&url, &["schedules", "resume", "nightly"]);
     ok(&url, &["schedules", "remove", "nightly"]);
+    ok(
+        &url,
+        &["rate-limits", "set", "SEND_MAIL", "--per-second", "2.5"],
+    );
+    ok(&url, &["rate-limits", "remove", "SEND_MAIL"]);
+    ok(&url, &["events", "on", "--queue", "mail"]);
+    // Already on: nothing changed, nothing recorded.
+    ok(&url, &["events", "on", "--queue", "mail"]);
+    ok(&url, &["events", "off", "--queue", "mail"]);
     let nobody = tenax(&url, None, &["queues", "pause", "other"]);
     assert!(nobody.status.success());
 
@@ -168,6 +177,10 @@ fn bulk_actions_and_single_actions_are_recorded_in_the_audit_log() {
             ("cli:alice", "schedule.pause", "nightly"),
             ("cli:alice", "schedule.resume", "nightly"),
             ("cli:alice", "schedule.remove", "nightly"),
+            ("cli:alice", "rate_limit.set", "SEND_MAIL"),
+            ("cli:alice", "rate_limit.remove", "SEND_MAIL"),
+            ("cli:alice", "events.rule_on", "event_rules"),
+            ("cli:alice", "events.rule_off", "event_rules"),
             ("cli:unknown", "queue.pause", "other"),
         ]
     );
@@ -180,6 +193,15 @@ fn bulk_actions_and_single_actions_are_recorded_in_the_audit_log() {
     assert_eq!(entries[0]["details"]["priority"], 9);
     assert_eq!(entries[1]["details"]["limit"], 2);
     assert_eq!(entries[1]["details"]["cancel_requested"], 0);
+    // The same details as the HTTP API records.
+    let rate = &entries[entries.len() - 5]["details"];
+    assert_eq!(
+        (rate["per_second"].as_f64(), rate["burst"].as_u64()),
+        (Some(2.5), Some(3))
+    );
+    let rule = &entries[entries.len() - 3]["details"];
+    assert_eq!(rule["queue"], "mail");
+    assert!(rule["command_type"].is_null(), "{rule}");
 
     // Filters and paging of the listing.
     let cancels = ok(&url, &["audit", "list", "--action", "task.cancel"]);

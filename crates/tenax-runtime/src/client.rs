@@ -10,9 +10,9 @@ use tenax_core::{
     TaskRecord,
 };
 use tenax_storage::{
-    QueueChange, QueueInfo, QueueUpdateParams, RateLimit, RateLimitSetParams, RunAt, Stats,
-    Storage, TaskActionParams, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams,
-    TaskInserted, TaskListParams, TaskRef,
+    EventRule, EventRuleParams, QueueChange, QueueInfo, QueueUpdateParams, RateLimit,
+    RateLimitSetParams, RunAt, Stats, Storage, TaskActionParams, TaskInsertManyParams,
+    TaskInsertOutcome, TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
 };
 
 use crate::error::Error;
@@ -420,5 +420,52 @@ impl Client {
     /// Remove a command type's rate limit (not found when it has none).
     pub async fn remove_rate_limit(&self, command_type: &str) -> Result<(), Error> {
         Ok(self.storage.rate_limit_remove(command_type).await?)
+    }
+}
+
+impl Client {
+    /// Tasks inserted from now on in `queue` and/or of `command_type` write task events
+    /// (with neither: every task), as `tenax events on` and `POST /v1/events/rules` do.
+    /// `false` when the rule was there already. An invalid queue or type changes
+    /// nothing.
+    pub async fn events_on(
+        &self,
+        queue: Option<&str>,
+        command_type: Option<&str>,
+    ) -> Result<bool, Error> {
+        self.event_rule(queue, command_type, true).await
+    }
+
+    /// Remove the rule [`events_on`](Client::events_on) added for the same `queue` and
+    /// `command_type`; tasks already inserted keep writing events. `false` when there
+    /// was no such rule.
+    pub async fn events_off(
+        &self,
+        queue: Option<&str>,
+        command_type: Option<&str>,
+    ) -> Result<bool, Error> {
+        self.event_rule(queue, command_type, false).await
+    }
+
+    /// Every event rule, by queue then command type (any first).
+    pub async fn event_rules(&self) -> Result<Vec<EventRule>, Error> {
+        Ok(self.storage.event_rule_list().await?)
+    }
+
+    async fn event_rule(
+        &self,
+        queue: Option<&str>,
+        command_type: Option<&str>,
+        enabled: bool,
+    ) -> Result<bool, Error> {
+        Ok(self
+            .storage
+            .event_rule_set(&EventRuleParams {
+                queue: queue.map(ToOwned::to_owned),
+                command_type: command_type.map(ToOwned::to_owned),
+                enabled,
+                now: None,
+            })
+            .await?)
     }
 }

@@ -509,6 +509,24 @@ pub struct RateLimit {
     pub refilled_at: DateTime<Utc>,
 }
 
+impl RateLimit {
+    /// The highest rate, in tokens per second.
+    pub const PER_SECOND_MAX: f64 = 1e6;
+    /// The largest bucket.
+    pub const BURST_MAX: u32 = 1_000_000;
+
+    /// The bucket of a limit set without one, by every way in (the HTTP API, `tenax
+    /// rate-limits set`): one second's worth of tokens, at least 1.
+    pub fn default_burst(per_second: f64) -> u32 {
+        if per_second.is_finite() && per_second > 1.0 {
+            // At most `BURST_MAX` here, so the cast is exact.
+            per_second.ceil().min(f64::from(Self::BURST_MAX)) as u32
+        } else {
+            1
+        }
+    }
+}
+
 /// [`Storage::rate_limit_set`](crate::Storage::rate_limit_set).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RateLimitSetParams {

@@ -23,9 +23,9 @@ use crate::error::{Result, StorageError};
 use crate::params::{RateLimit, RateLimitSetParams, TaskClaimParams};
 
 /// Highest rate, in tokens per second.
-pub(crate) const PER_SECOND_MAX: f64 = 1e6;
+pub(crate) const PER_SECOND_MAX: f64 = RateLimit::PER_SECOND_MAX;
 /// Largest bucket.
-pub(crate) const BURST_MAX: u32 = 1_000_000;
+pub(crate) const BURST_MAX: u32 = RateLimit::BURST_MAX;
 
 /// Refuse settings outside the documented bounds.
 pub(crate) fn validate(params: &RateLimitSetParams) -> Result<()> {
@@ -275,6 +275,18 @@ async fn claim_with_tokens<B: RatedBackend + ?Sized>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_default_burst_is_one_second_of_tokens() {
+        use crate::params::RateLimit;
+        assert_eq!(RateLimit::default_burst(0.5), 1);
+        assert_eq!(RateLimit::default_burst(1.0), 1);
+        assert_eq!(RateLimit::default_burst(20.0), 20);
+        assert_eq!(RateLimit::default_burst(2.5), 3);
+        assert_eq!(RateLimit::default_burst(1_000_000.0), 1_000_000);
+        assert_eq!(RateLimit::default_burst(f64::INFINITY), 1);
+        assert_eq!(RateLimit::default_burst(f64::NAN), 1);
+    }
+
     use super::*;
 
     fn bucket(per_second: f64, burst: i64, tokens: f64, refilled_ms: i64) -> Bucket {

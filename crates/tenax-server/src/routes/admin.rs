@@ -482,19 +482,8 @@ pub(crate) async fn unlimit_queue(
 }
 
 /// The highest rate, in tasks per second, and the largest burst (the stores' bounds).
-const PER_SECOND_MAX: f64 = 1_000_000.0;
-const BURST_MAX: i64 = 1_000_000;
-
-/// The default burst: one second's worth of tokens, at least 1 (as `tenax rate-limits
-/// set` without `--burst`).
-fn default_burst(per_second: f64) -> i64 {
-    if per_second.is_finite() && per_second > 1.0 {
-        // At most `PER_SECOND_MAX` here, so the cast is exact.
-        per_second.ceil().min(PER_SECOND_MAX) as i64
-    } else {
-        1
-    }
-}
+const PER_SECOND_MAX: f64 = tenax::storage::RateLimit::PER_SECOND_MAX;
+const BURST_MAX: u32 = tenax::storage::RateLimit::BURST_MAX;
 
 /// The command type a path parameter `command_type` names, or 422 naming it. Any valid
 /// name: workers of other processes may run types this server does not accept.
@@ -539,7 +528,13 @@ pub(crate) async fn set_rate_limit(
         ))
         .field("per_second"));
     }
-    let burst = small("burst", req.burst, 1, BURST_MAX, default_burst(per_second))?;
+    let burst = small(
+        "burst",
+        req.burst,
+        1,
+        i64::from(BURST_MAX),
+        i64::from(tenax::storage::RateLimit::default_burst(per_second)),
+    )?;
     let burst = u32::try_from(burst)
         .map_err(|_| ApiError::invalid(format!("burst: {burst} is too large")).field("burst"))?;
     let params = RateLimitSetParams {
@@ -587,17 +582,4 @@ pub(crate) async fn remove_rate_limit(
     )
     .await;
     Ok(StatusCode::NO_CONTENT)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_default_burst_is_one_second_of_tokens() {
-        assert_eq!(super::default_burst(0.5), 1);
-        assert_eq!(super::default_burst(1.0), 1);
-        assert_eq!(super::default_burst(20.0), 20);
-        assert_eq!(super::default_burst(2.5), 3);
-        assert_eq!(super::default_burst(1_000_000.0), 1_000_000);
-        assert_eq!(super::default_burst(f64::NAN), 1);
-    }
 }
