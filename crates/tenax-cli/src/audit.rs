@@ -72,8 +72,7 @@ pub(crate) async fn run(client: &Client, command: AuditCommand) -> anyhow::Resul
 /// `tenax audit list`: recorded operator actions, newest first.
 async fn list(client: &Client, args: AuditListArgs) -> anyhow::Result<()> {
     let entries = client
-        .storage()
-        .audit_list(&AuditListParams {
+        .audit(&AuditListParams {
             before_id: args.before,
             limit: args.limit,
             actor: args.actor,

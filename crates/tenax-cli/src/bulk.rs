@@ -3,7 +3,7 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use tenax::storage::{BulkAction, TaskBulkParams, TaskFilter};
+use tenax::storage::{BulkAction, TaskFilter};
 use tenax::{Client, Priority, TaskId, TaskStatus};
 
 #[derive(Debug, Subcommand)]
@@ -141,15 +141,7 @@ pub(crate) async fn run(client: &Client, command: BulkCommand) -> anyhow::Result
         ),
     };
     let filter = args.filter(client).await?;
-    let outcome = client
-        .storage()
-        .task_bulk(&TaskBulkParams {
-            filter: filter.clone(),
-            action,
-            limit: args.limit,
-            now: None,
-        })
-        .await?;
+    let outcome = client.bulk(filter.clone(), action, args.limit).await?;
     let mut details = serde_json::json!({
         "filter": filter_json(&filter),
         "limit": args.limit,

@@ -49,6 +49,10 @@ pub(crate) struct EnqueueArgs {
         default_value_t = 1
     )]
     concurrency_limit: u32,
+    /// Where to POST the task's final outcome (an `http` or `https` URL), signed, by
+    /// a worker or server with `[callbacks]` whose `allow_hosts` names its host.
+    #[arg(long, value_name = "URL")]
+    callback_url: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +119,9 @@ pub(crate) async fn enqueue(
         enqueue = enqueue
             .concurrency_key(key)
             .concurrency_limit(args.concurrency_limit);
+    }
+    if let Some(url) = args.callback_url {
+        enqueue = enqueue.callback_url(url);
     }
     let inserted = enqueue.await?;
     let verb = if inserted.created {

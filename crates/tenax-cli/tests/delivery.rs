@@ -673,6 +673,57 @@ async fn signed_callbacks_are_delivered_once_across_a_receiver_outage() {
     }
 }
 
+/// `tenax enqueue --callback-url` is the HTTP API's `callback_url`: the worker of a
+/// server sharing the database delivers the signed outcome; a URL that is not `http`
+/// or `https` is refused at enqueue, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_url_given_on_the_command_line_is_delivered() {
+    let receiver = Receiver::start(Script::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\ncommand_types = [\"echo\"]\n\
+         [callbacks]\nallow_hosts = [\"127.0.0.1:{}\"]\nsecret = \"{SECRET}\"\npoll_interval = \"50ms\"\n",
+        receiver.addr.port()
+    );
+    let server = start_server(dir.path(), &config);
+    let enqueue = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tenax"))
+            .args([
+                "--database-url",
+                &server.db,
+                "enqueue",
+                "echo",
+                r#"{"n": 3}"#,
+            ])
+            .args(["--callback-url", url])
+            .env("TENAX_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let refused = enqueue("ftp://127.0.0.1/x");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("callback_url"), "{stderr}");
+    let done = enqueue(&format!("http://{}/hooks/cli", receiver.addr));
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let seen = wait_for("the callback", Duration::from_secs(30), || async {
+        receiver.seen().into_iter().next()
+    })
+    .await;
+    assert_eq!(seen.path, "/hooks/cli");
+    let summary = verify(&seen);
+    assert_eq!(summary["status"], "succeeded");
+    assert_eq!(summary["command_type"], "echo");
+    // The refused enqueue stored nothing: one task, one callback.
+    let storage = tenax::storage::connect(&server.db).await.unwrap();
+    assert_eq!(storage.stats().await.unwrap().total(), 1);
+    assert_eq!(receiver.seen().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_500_deaths_is_alerted_with_each_death_in_exactly_one_message() {
     let webhook = Receiver::start(Script::default()).await;

@@ -10,9 +10,10 @@ use tenax_core::{
     TaskRecord,
 };
 use tenax_storage::{
-    EventRule, EventRuleParams, QueueChange, QueueInfo, QueueUpdateParams, RateLimit,
-    RateLimitSetParams, RunAt, Stats, Storage, TaskActionParams, TaskInsertManyParams,
-    TaskInsertOutcome, TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
+    AuditListParams, AuditRecord, BulkAction, EventRule, EventRuleParams, QueueChange, QueueInfo,
+    QueueUpdateParams, RateLimit, RateLimitSetParams, RunAt, Stats, Storage, TaskActionParams,
+    TaskBulkOutcome, TaskBulkParams, TaskFilter, TaskInsertManyParams, TaskInsertOutcome,
+    TaskInsertParams, TaskInserted, TaskListParams, TaskRef,
 };
 
 use crate::error::Error;
@@ -467,5 +468,35 @@ impl Client {
                 now: None,
             })
             .await?)
+    }
+}
+
+impl Client {
+    /// Cancel, retry or reprioritise at most `limit` tasks (1 to 100,000) matching
+    /// `filter`, in one transaction, as `tenax tasks bulk` and `POST /v1/tasks/bulk/*`
+    /// do (those also record an audit entry; record one with
+    /// [`Storage::audit_append`](tenax_storage::Storage::audit_append) if yours must
+    /// be audited). A bad filter or limit changes nothing.
+    pub async fn bulk(
+        &self,
+        filter: TaskFilter,
+        action: BulkAction,
+        limit: u32,
+    ) -> Result<TaskBulkOutcome, Error> {
+        Ok(self
+            .storage
+            .task_bulk(&TaskBulkParams {
+                filter,
+                action,
+                limit,
+                now: None,
+            })
+            .await?)
+    }
+
+    /// Recorded operator actions, newest first, as `tenax audit list` and `GET
+    /// /v1/audit` show them.
+    pub async fn audit(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>, Error> {
+        Ok(self.storage.audit_list(params).await?)
     }
 }

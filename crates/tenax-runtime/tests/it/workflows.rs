@@ -93,3 +93,92 @@ async fn an_enqueue_without_a_number_gets_a_fresh_uuid_and_one_with_a_number_kee
         .unwrap();
     assert_eq!(params.task_no.as_str(), "given-2");
 }
+
+/// What the CLI and the HTTP API do to many tasks at once, and to event rules, a Rust
+/// application does through the client; bad input changes nothing.
+#[tokio::test]
+async fn the_client_runs_bulk_actions_lists_the_audit_and_sets_event_rules() {
+    use tenax_core::{Priority, TaskStatus};
+    use tenax_storage::{AuditAppendParams, AuditListParams, BulkAction, TaskFilter};
+    let (_dir, client) = client().await;
+    for i in 0..5 {
+        let queue = if i < 3 { "mail" } else { "other" };
+        client
+            .enqueue_raw("NOOP", &json!({ "i": i }))
+            .queue(queue)
+            .await
+            .unwrap();
+    }
+    let mail = TaskFilter {
+        queue: Some("mail".into()),
+        ..TaskFilter::default()
+    };
+    // A limit out of range is refused and changes nothing.
+    assert!(client
+        .bulk(mail.clone(), BulkAction::Cancel, 0)
+        .await
+        .is_err());
+    let urgent = BulkAction::Reprioritise(Priority::new(9).unwrap());
+    assert_eq!(
+        client.bulk(mail.clone(), urgent, 10).await.unwrap().changed,
+        3
+    );
+    assert_eq!(
+        client
+            .bulk(mail, BulkAction::Cancel, 2)
+            .await
+            .unwrap()
+            .changed,
+        2
+    );
+    let tasks = client
+        .list(&tenax_storage::TaskListParams {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let cancelled = tasks.iter().filter(|t| t.status == TaskStatus::Cancelled);
+    assert_eq!(cancelled.count(), 2);
+    assert_eq!(tasks.iter().filter(|t| t.priority.get() == 9).count(), 3);
+
+    client
+        .storage()
+        .audit_append(&AuditAppendParams {
+            actor: "app".into(),
+            action: "tasks.bulk_cancel".into(),
+            target: "queue=mail".into(),
+            details: json!({}),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let entries = client
+        .audit(&AuditListParams {
+            before_id: None,
+            limit: 10,
+            actor: Some("app".into()),
+            action: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].target, "queue=mail");
+
+    assert!(client.event_rules().await.unwrap().is_empty());
+    assert!(client.events_on(Some("mail"), None).await.unwrap());
+    assert!(
+        !client.events_on(Some("mail"), None).await.unwrap(),
+        "already on"
+    );
+    assert!(client.events_on(Some("bad queue"), None).await.is_err());
+    let rules = client.event_rules().await.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].queue.as_deref(), Some("mail"));
+    assert!(client.events_off(Some("mail"), None).await.unwrap());
+    assert!(
+        !client.events_off(Some("mail"), None).await.unwrap(),
+        "none left"
+    );
+    assert!(client.event_rules().await.unwrap().is_empty());
+}
