@@ -1,7 +1,11 @@
-//! The route table (the one source for authorisation and for the OpenAPI test) and the
-//! OpenAPI 3 document generated from the handlers.
+//! The route table (the one source for the router, for authorisation and for the
+//! OpenAPI test) and the OpenAPI 3 document generated from the handlers.
+use axum::routing::{delete, get, post, put, MethodRouter};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+
+use crate::dashboard;
+use crate::state::AppState;
 
 use crate::model::*;
 use crate::routes::{admin, events, health, ops, tasks, workflows};
@@ -23,8 +27,8 @@ pub enum Access {
     Admin,
 }
 
-/// One route of the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One route: its method and path, who may call it, and its handler.
+#[derive(Clone, Copy)]
 pub struct RouteSpec {
     /// HTTP method.
     pub method: &'static str,
@@ -32,74 +36,169 @@ pub struct RouteSpec {
     pub path: &'static str,
     /// Who may call it.
     pub access: Access,
+    /// The handler, under the method (`get(..)`, `post(..)`, ...).
+    pub(crate) handler: fn() -> MethodRouter<AppState>,
 }
 
-const fn route(method: &'static str, path: &'static str, access: Access) -> RouteSpec {
+impl std::fmt::Debug for RouteSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} ({:?})", self.method, self.path, self.access)
+    }
+}
+
+const fn route(
+    method: &'static str,
+    path: &'static str,
+    access: Access,
+    handler: fn() -> MethodRouter<AppState>,
+) -> RouteSpec {
     RouteSpec {
         method,
         path,
         access,
+        handler,
     }
 }
 
-/// Every route the router serves, with who may call it. The auth layer reads it; a
-/// route missing from it needs `admin`.
+/// Every route of the JSON API: the router is built from it, the auth layer reads who
+/// may call each, and the OpenAPI test checks the document against it. A request on a
+/// path missing from it (and from [`DASHBOARD_ROUTES`]) needs `admin`.
 pub const ROUTES: &[RouteSpec] = &[
-    route("GET", "/healthz", Access::Open),
-    route("GET", "/readyz", Access::Open),
-    route("GET", "/openapi.json", Access::Open),
-    route("POST", "/v1/tasks", Access::Enqueue),
-    route("POST", "/v1/tasks/batch", Access::Enqueue),
-    route("GET", "/v1/tasks", Access::Read),
-    route("GET", "/v1/tasks/{id}", Access::TaskRead),
-    route("GET", "/v1/tasks/by-no/{task_no}", Access::TaskRead),
-    route("GET", "/v1/tasks/{id}/attempts", Access::TaskRead),
-    route("GET", "/v1/tasks/{id}/wait", Access::TaskRead),
-    route("POST", "/v1/tasks/{id}/cancel", Access::Admin),
-    route("POST", "/v1/tasks/{id}/retry", Access::Admin),
-    route("POST", "/v1/tasks/bulk/cancel", Access::Admin),
-    route("POST", "/v1/tasks/bulk/retry", Access::Admin),
-    route("POST", "/v1/tasks/bulk/reprioritise", Access::Admin),
-    route("GET", "/v1/audit", Access::Read),
-    route("GET", "/v1/stats", Access::Read),
-    route("GET", "/v1/schedules", Access::Read),
-    route("POST", "/v1/schedules", Access::Admin),
-    route("POST", "/v1/schedules/{name}/pause", Access::Admin),
-    route("POST", "/v1/schedules/{name}/resume", Access::Admin),
-    route("DELETE", "/v1/schedules/{name}", Access::Admin),
-    route("GET", "/v1/queues", Access::Read),
-    route("POST", "/v1/queues/{name}/pause", Access::Admin),
-    route("POST", "/v1/queues/{name}/resume", Access::Admin),
-    route("PUT", "/v1/queues/{name}/limit", Access::Admin),
-    route("DELETE", "/v1/queues/{name}/limit", Access::Admin),
-    route("GET", "/v1/rate-limits", Access::Read),
-    route("PUT", "/v1/rate-limits/{command_type}", Access::Admin),
-    route("DELETE", "/v1/rate-limits/{command_type}", Access::Admin),
-    route("POST", "/v1/workflows", Access::Enqueue),
-    route("GET", "/v1/workflows", Access::Read),
-    route("GET", "/v1/workflows/{id}", Access::TaskRead),
-    route("GET", "/v1/events", Access::Read),
-    route("GET", "/v1/events/rules", Access::Read),
-    route("POST", "/v1/events/rules", Access::Admin),
+    route("GET", "/healthz", Access::Open, || get(health::healthz)),
+    route("GET", "/readyz", Access::Open, || get(health::readyz)),
+    route("GET", "/openapi.json", Access::Open, || {
+        get(health::openapi_json)
+    }),
+    route("POST", "/v1/tasks", Access::Enqueue, || {
+        post(tasks::enqueue)
+    }),
+    route("POST", "/v1/tasks/batch", Access::Enqueue, || {
+        post(tasks::enqueue_batch)
+    }),
+    route("GET", "/v1/tasks", Access::Read, || get(tasks::list)),
+    route("GET", "/v1/tasks/{id}", Access::TaskRead, || {
+        get(tasks::get_by_id)
+    }),
+    route("GET", "/v1/tasks/by-no/{task_no}", Access::TaskRead, || {
+        get(tasks::get_by_no)
+    }),
+    route("GET", "/v1/tasks/{id}/attempts", Access::TaskRead, || {
+        get(tasks::attempts)
+    }),
+    route("GET", "/v1/tasks/{id}/wait", Access::TaskRead, || {
+        get(tasks::wait)
+    }),
+    route("POST", "/v1/tasks/{id}/cancel", Access::Admin, || {
+        post(tasks::cancel)
+    }),
+    route("POST", "/v1/tasks/{id}/retry", Access::Admin, || {
+        post(tasks::retry)
+    }),
+    route("POST", "/v1/tasks/bulk/cancel", Access::Admin, || {
+        post(ops::bulk_cancel)
+    }),
+    route("POST", "/v1/tasks/bulk/retry", Access::Admin, || {
+        post(ops::bulk_retry)
+    }),
+    route("POST", "/v1/tasks/bulk/reprioritise", Access::Admin, || {
+        post(ops::bulk_reprioritise)
+    }),
+    route("GET", "/v1/audit", Access::Read, || get(ops::audit)),
+    route("GET", "/v1/stats", Access::Read, || get(admin::stats)),
+    route("GET", "/v1/schedules", Access::Read, || {
+        get(admin::list_schedules)
+    }),
+    route("POST", "/v1/schedules", Access::Admin, || {
+        post(admin::create_schedule)
+    }),
+    route("POST", "/v1/schedules/{name}/pause", Access::Admin, || {
+        post(admin::pause_schedule)
+    }),
+    route("POST", "/v1/schedules/{name}/resume", Access::Admin, || {
+        post(admin::resume_schedule)
+    }),
+    route("DELETE", "/v1/schedules/{name}", Access::Admin, || {
+        delete(admin::delete_schedule)
+    }),
+    route("GET", "/v1/queues", Access::Read, || {
+        get(admin::list_queues)
+    }),
+    route("POST", "/v1/queues/{name}/pause", Access::Admin, || {
+        post(admin::pause_queue)
+    }),
+    route("POST", "/v1/queues/{name}/resume", Access::Admin, || {
+        post(admin::resume_queue)
+    }),
+    route("PUT", "/v1/queues/{name}/limit", Access::Admin, || {
+        put(admin::limit_queue)
+    }),
+    route("DELETE", "/v1/queues/{name}/limit", Access::Admin, || {
+        delete(admin::unlimit_queue)
+    }),
+    route("GET", "/v1/rate-limits", Access::Read, || {
+        get(admin::list_rate_limits)
+    }),
+    route(
+        "PUT",
+        "/v1/rate-limits/{command_type}",
+        Access::Admin,
+        || put(admin::set_rate_limit),
+    ),
+    route(
+        "DELETE",
+        "/v1/rate-limits/{command_type}",
+        Access::Admin,
+        || delete(admin::remove_rate_limit),
+    ),
+    route("POST", "/v1/workflows", Access::Enqueue, || {
+        post(workflows::create)
+    }),
+    route("GET", "/v1/workflows", Access::Read, || {
+        get(workflows::list)
+    }),
+    route("GET", "/v1/workflows/{id}", Access::TaskRead, || {
+        get(workflows::get)
+    }),
+    route("GET", "/v1/events", Access::Read, || get(events::stream)),
+    route("GET", "/v1/events/rules", Access::Read, || {
+        get(events::rules)
+    }),
+    route("POST", "/v1/events/rules", Access::Admin, || {
+        post(events::set_rule)
+    }),
 ];
 
 /// The dashboard's routes: the page shell and its assets (open: they hold no data), and
 /// the HTML fragments the shell fetches with a token. They are not part of the JSON API
-/// and not in the OpenAPI document; the auth layer reads this table as it reads
-/// [`ROUTES`].
+/// and not in the OpenAPI document; the router and the auth layer read this table as
+/// they read [`ROUTES`].
 pub const DASHBOARD_ROUTES: &[RouteSpec] = &[
-    route("GET", "/", Access::Open),
-    route("GET", "/assets/app.js", Access::Open),
-    route("GET", "/assets/app.css", Access::Open),
-    route("GET", "/ui/overview", Access::Read),
-    route("GET", "/ui/queues", Access::Read),
-    route("GET", "/ui/tasks", Access::Read),
-    route("GET", "/ui/tasks/{id}", Access::Read),
-    route("GET", "/ui/dead", Access::Read),
-    route("GET", "/ui/schedules", Access::Read),
-    route("GET", "/ui/workflows", Access::Read),
-    route("GET", "/ui/workflows/{id}", Access::Read),
-    route("GET", "/ui/audit", Access::Read),
+    route("GET", "/", Access::Open, || get(dashboard::shell)),
+    route("GET", "/assets/app.js", Access::Open, || {
+        get(dashboard::app_js)
+    }),
+    route("GET", "/assets/app.css", Access::Open, || {
+        get(dashboard::app_css)
+    }),
+    route("GET", "/ui/overview", Access::Read, || {
+        get(dashboard::overview)
+    }),
+    route("GET", "/ui/queues", Access::Read, || get(dashboard::queues)),
+    route("GET", "/ui/tasks", Access::Read, || get(dashboard::tasks)),
+    route("GET", "/ui/tasks/{id}", Access::Read, || {
+        get(dashboard::task)
+    }),
+    route("GET", "/ui/dead", Access::Read, || get(dashboard::dead)),
+    route("GET", "/ui/schedules", Access::Read, || {
+        get(dashboard::schedules)
+    }),
+    route("GET", "/ui/workflows", Access::Read, || {
+        get(dashboard::workflows)
+    }),
+    route("GET", "/ui/workflows/{id}", Access::Read, || {
+        get(dashboard::workflow)
+    }),
+    route("GET", "/ui/audit", Access::Read, || get(dashboard::audit)),
 ];
 
 struct BearerAuth;
