@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use rand::Rng;
 use tokio::sync::watch;
 
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use tenax_core::InvalidInput;
 
 use crate::WakeReceiver;
@@ -29,6 +29,10 @@ use crate::WakeReceiver;
 /// The default interval of the probe: an enqueue in another process wakes this
 /// process's workers about half of it later, on average.
 pub const DEFAULT_WAKE_POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// The longest a connect or a read of the probe may take before it counts as failed
+/// (a connection lost without a word would otherwise stall the probe for good).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The URL query parameter that sets the probe's interval in milliseconds (`0` turns
 /// the probe off).
@@ -135,7 +139,7 @@ async fn run<P: Probe>(probe: P, interval: Duration, wake: Weak<Wake>) {
         };
         let connection = match &mut conn {
             Some(connection) => connection,
-            None => match probe.connect().await {
+            None => match timed(probe.connect()).await {
                 Ok(connection) => conn.insert(connection),
                 Err(e) => {
                     failures = failures.saturating_add(1);
@@ -148,13 +152,16 @@ async fn run<P: Probe>(probe: P, interval: Duration, wake: Weak<Wake>) {
                 }
             },
         };
-        match probe.read(connection).await {
+        match timed(probe.read(connection)).await {
             Ok(value) => {
                 // A change, or the first value after a lost connection (what changed
                 // meanwhile is unknown): wake the workers.
                 let changed = last.is_some_and(|last| last != value);
                 if changed || (last.is_none() && failures > 0) {
                     wake.bump();
+                }
+                if failures > 0 {
+                    tracing::info!("wake-up probe reading again");
                 }
                 last = Some(value);
                 failures = 0;
@@ -176,6 +183,15 @@ async fn run<P: Probe>(probe: P, interval: Duration, wake: Weak<Wake>) {
     }
     if let Some(conn) = conn {
         probe.close(conn).await;
+    }
+}
+
+async fn timed<T>(call: impl Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(PROBE_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StorageError::Transient(
+            format!("no answer within {PROBE_TIMEOUT:?}").into(),
+        )),
     }
 }
 
@@ -228,11 +244,12 @@ pub(crate) fn take_wake_poll(url: &str) -> Result<(String, Option<Option<Duratio
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
     use super::*;
 
-    struct Counter(Arc<AtomicI64>, Arc<AtomicI64>);
+    /// Reads `.0`; counts closed connections in `.1`; fails a read while `.2` is set.
+    struct Counter(Arc<AtomicI64>, Arc<AtomicI64>, Arc<AtomicBool>);
 
     #[async_trait]
     impl Probe for Counter {
@@ -241,6 +258,9 @@ mod tests {
             Ok(())
         }
         async fn read(&self, _conn: &mut ()) -> Result<i64> {
+            if self.2.swap(false, Ordering::SeqCst) {
+                return Err(StorageError::Transient("connection lost".into()));
+            }
             Ok(self.0.load(Ordering::SeqCst))
         }
         async fn close(&self, _conn: ()) {
@@ -253,7 +273,7 @@ mod tests {
         let value = Arc::new(AtomicI64::new(0));
         let closed = Arc::new(AtomicI64::new(0));
         let wake = Wake::probed(
-            Counter(value.clone(), closed.clone()),
+            Counter(value.clone(), closed.clone(), Arc::default()),
             Some(Duration::from_millis(5)),
         );
         assert!(wake.cross_process());
@@ -285,9 +305,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lost_connection_wakes_once_the_probe_reads_again() {
+        let fail = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicI64::new(0));
+        let wake = Wake::probed(
+            Counter(Arc::default(), closed.clone(), fail.clone()),
+            Some(Duration::from_millis(5)),
+        );
+        let mut rx = wake.subscribe();
+        // The value never changes; a failed read loses the connection, and the first
+        // read after it wakes the workers, since what changed meanwhile is unknown.
+        fail.store(true, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            .await
+            .expect("a wake-up after the lost connection")
+            .unwrap();
+        assert!(!fail.load(Ordering::SeqCst), "the failing read happened");
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "the lost connection is closed"
+        );
+    }
+
+    #[tokio::test]
     async fn without_an_interval_there_is_no_probe() {
         let wake = Wake::probed(
-            Counter(Arc::default(), Arc::default()),
+            Counter(Arc::default(), Arc::default(), Arc::default()),
             Some(Duration::ZERO),
         );
         assert!(!wake.cross_process());
