@@ -82,8 +82,12 @@ pub(crate) async fn bench_url(
         ));
     }
     if database_url.starts_with("sqlite") {
+        // A file of its own, with the URL's parameters (`wake_poll_ms`, say).
         let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        let query = database_url
+            .split_once('?')
+            .map_or(String::new(), |(_, query)| format!("?{query}"));
+        let url = format!("sqlite://{}{query}", dir.path().join("bench.db").display());
         return Ok((url, Some(dir)));
     }
     Ok((database_url.to_owned(), None))

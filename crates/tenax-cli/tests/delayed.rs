@@ -1,7 +1,9 @@
-//! Delayed tasks across processes on PostgreSQL: a `tenax worker` process whose poll
-//! interval is one hour starts a delayed task enqueued by another process on time,
-//! because every insert notifies and the worker re-arms its timer. Runs when
-//! `TENAX_TEST_POSTGRES_URL` is set (CI sets it and requires it).
+//! Wake-ups across processes, on every backend: a `tenax worker` process whose poll
+//! interval is one hour starts a task enqueued by another process at once, and a
+//! delayed one on time, because the enqueue wakes it (PostgreSQL's `NOTIFY`, the
+//! wake-up probe of SQLite and MariaDB) and the worker re-arms its timer. PostgreSQL
+//! and MariaDB run when `TENAX_TEST_POSTGRES_URL` / `TENAX_TEST_MYSQL_URL` are set (CI
+//! sets them and requires them).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::process::{Command, Stdio};
@@ -21,9 +23,33 @@ async fn another_process_enqueue_rearms_an_idle_worker_on_postgres() {
     };
     let separator = if url.contains('?') { '&' } else { '?' };
     let url = format!("{url}{separator}schema={}", unique_name("tenax_delayed"));
-    let client = Client::connect(&url).await.unwrap();
+    another_process_enqueue_rearms_an_idle_worker(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_enqueue_rearms_an_idle_worker_on_mariadb() {
+    let Some(url) = url_from_env("TENAX_TEST_MYSQL_URL") else {
+        return;
+    };
+    let name = unique_name("tenax_delayed");
+    tenax_storage::mysql::testing_database(&url, &name)
+        .await
+        .expect("create database");
+    let url = tenax_storage::testing::with_database(&url, &name);
+    another_process_enqueue_rearms_an_idle_worker(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_enqueue_rearms_an_idle_worker_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tenax.db").display());
+    another_process_enqueue_rearms_an_idle_worker(&url).await;
+}
+
+async fn another_process_enqueue_rearms_an_idle_worker(url: &str) {
+    let client = Client::connect(url).await.unwrap();
     let mut worker = Command::new(env!("CARGO_BIN_EXE_tenax"))
-        .args(["--database-url", &url, "worker", "--command", "NOOP"])
+        .args(["--database-url", url, "worker", "--command", "NOOP"])
         .args(["--poll-interval", "1h"])
         .env("TENAX_LOG", "warn")
         .stdin(Stdio::null())
@@ -43,7 +69,8 @@ async fn another_process_enqueue_rearms_an_idle_worker_on_postgres() {
             }
         }
     };
-    // Ready: the worker has run a task enqueued from here (woken by the notification).
+    // Ready: the worker has run a task enqueued from here (woken from this process: it
+    // polls once an hour).
     let warm = client
         .enqueue_raw("NOOP", &serde_json::json!({}))
         .await

@@ -12,9 +12,9 @@
 //!
 //! | backend | URL | feature | wake-ups |
 //! |---|---|---|---|
-//! | SQLite (WAL, `synchronous=FULL`) | `sqlite://PATH` | `sqlite` (default) | in-process only |
+//! | SQLite (WAL, `synchronous=FULL`) | `sqlite://PATH` | `sqlite` (default) | a probe of `PRAGMA data_version`, across processes |
 //! | PostgreSQL 15 | `postgres://...[?schema=NAME]` | `postgres` | LISTEN/NOTIFY, across processes |
-//! | MariaDB 10.11 (MySQL 8 where it costs nothing) | `mysql://...` or `mariadb://...` | `mysql` | in-process only |
+//! | MariaDB 10.11 (MySQL 8 where it costs nothing) | `mysql://...` or `mariadb://...` | `mysql` | a probe of the newest task id, across processes |
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -49,6 +49,8 @@ pub mod sqlite;
 pub mod testing;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod transactional;
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+mod wake;
 pub mod workflows;
 
 pub use alert_state::{AlertTransitionParams, ALERT_MESSAGE_MAX_BYTES};
@@ -76,6 +78,8 @@ pub use params::*;
 /// The sqlx version Tenax is built with, so a caller's transaction has the types the
 /// `enqueue_in` functions of each backend take.
 pub use sqlx;
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub use wake::DEFAULT_WAKE_POLL_INTERVAL;
 pub use workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowKind,
     WorkflowListParams, WorkflowPolicy, WorkflowRecord, WorkflowState, WorkflowTask,
@@ -90,7 +94,8 @@ pub const ATTEMPT_HISTORY_LEN: i64 = 20;
 /// What a backend can do beyond the common contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Other processes' enqueues wake this process's workers (PostgreSQL LISTEN).
+    /// Other processes' enqueues wake this process's workers (PostgreSQL's LISTEN, the
+    /// wake-up probe of SQLite and MariaDB).
     pub cross_process_wakeups: bool,
 }
 

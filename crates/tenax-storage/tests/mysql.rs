@@ -60,7 +60,7 @@ async fn sessions_are_read_committed_utc_with_a_lock_wait_timeout() {
     assert_eq!(time_zone, "+00:00");
     assert_eq!(lock_wait, 10);
     assert_eq!(storage.backend(), "mysql");
-    assert!(!storage.capabilities().cross_process_wakeups);
+    assert!(storage.capabilities().cross_process_wakeups);
 }
 
 #[tokio::test]

@@ -118,3 +118,39 @@ async fn concurrent_writers_of_one_storage_queue_in_memory_not_on_the_busy_handl
         .unwrap();
     assert_eq!(stored, 64);
 }
+
+#[tokio::test]
+async fn the_wake_up_probe_is_on_by_default_and_can_be_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let on = SqliteStorage::connect(&url).await.unwrap();
+    assert!(on.capabilities().cross_process_wakeups);
+    let off = SqliteStorage::connect(&format!("{url}?wake_poll_ms=0"))
+        .await
+        .unwrap();
+    assert!(!off.capabilities().cross_process_wakeups);
+    let off = SqliteStorage::connect_with(
+        &url,
+        &SqliteConfig {
+            wake_poll_interval: None,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(!off.capabilities().cross_process_wakeups);
+    // The URL parameter wins over the configuration.
+    let on = SqliteStorage::connect_with(
+        &format!("{url}?wake_poll_ms=10"),
+        &SqliteConfig {
+            wake_poll_interval: None,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(on.capabilities().cross_process_wakeups);
+    assert!(SqliteStorage::connect(&format!("{url}?wake_poll_ms=soon"))
+        .await
+        .is_err());
+}

@@ -193,7 +193,8 @@ pub(super) async fn insert_many(
 /// that transaction commits. Same rules as
 /// [`Storage::task_insert`](crate::Storage::task_insert) (a conflicting `task_no` is
 /// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)); workers are
-/// not woken (they find the task at their next poll). Use a `READ COMMITTED`
+/// woken by their wake-up probe once the transaction commits (or find the task at
+/// their next poll when the probe is off). Use a `READ COMMITTED`
 /// transaction, as Tenax's own are, so a concurrent insert of the same number is seen.
 pub async fn enqueue_in(
     tx: &mut Transaction<'_, MySql>,

@@ -21,17 +21,24 @@
 //!   (`UTC_TIMESTAMP(6)`) inside the transaction that uses them; sessions run with
 //!   `time_zone = '+00:00'`. Derived times (`now + delay`) are computed in Rust from
 //!   that value, so they are exact to the microsecond.
-//! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
+//! - Wake-ups reach other processes through a probe (`crate::wake`): a connection of
+//!   its own reads the newest task id (`SELECT MAX(id)`, the last entry of the primary
+//!   key) every [`MySqlConfig::wake_poll_interval`], so another process's enqueue wakes
+//!   this one's workers. A retry, redrive or resumed queue of another process is seen
+//!   at the next poll; so is, rarely, an insert whose transaction commits after one
+//!   with a higher id was seen.
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, SubsecRound, TimeDelta, Utc};
-use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlExecutor, MySqlPool};
-use sqlx::{Executor, MySql, QueryBuilder, Row, Transaction};
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlExecutor, MySqlPool,
+};
+use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Row, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
-use tokio::sync::watch;
 
 use crate::common::{offers_nothing, truncate_error, validate_insert};
 use crate::error::{Result, StorageError};
@@ -40,6 +47,7 @@ use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
 use crate::params::*;
+use crate::wake::{take_wake_poll, Probe, Wake, DEFAULT_WAKE_POLL_INTERVAL};
 use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
@@ -120,6 +128,12 @@ pub struct MySqlConfig {
     /// How long a statement waits for a row lock (`innodb_lock_wait_timeout`, whole
     /// seconds, at least 1). Defaults to 10 seconds.
     pub lock_wait_timeout: Duration,
+    /// How often a connection of its own reads the newest task id to wake this
+    /// process's workers when another process has enqueued, once a worker listens.
+    /// Defaults to [`DEFAULT_WAKE_POLL_INTERVAL`] (25 ms); `None` keeps wake-ups within
+    /// the process, and other processes' tasks wait for the workers' poll. The URL
+    /// parameter `wake_poll_ms` overrides it (`0` for `None`).
+    pub wake_poll_interval: Option<Duration>,
 }
 
 impl Default for MySqlConfig {
@@ -128,6 +142,7 @@ impl Default for MySqlConfig {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
             lock_wait_timeout: Duration::from_secs(10),
+            wake_poll_interval: Some(DEFAULT_WAKE_POLL_INTERVAL),
         }
     }
 }
@@ -139,7 +154,35 @@ pub struct MySqlStorage {
     /// Lease renewals' own connection (see [`MySqlConfig::max_connections`]), which
     /// also asks the heartbeat's question about cancel requests.
     leases: MySqlPool,
-    wake: watch::Sender<u64>,
+    wake: Arc<Wake>,
+}
+
+/// The cross-process probe: the newest task id, read from the end of the primary key
+/// (no row is locked, no enqueue waits for it). It changes when any process commits an
+/// insert, and when the newest tasks are pruned.
+struct NewestTask(MySqlConnectOptions);
+
+#[async_trait]
+impl Probe for NewestTask {
+    type Conn = MySqlConnection;
+
+    async fn connect(&self) -> Result<MySqlConnection> {
+        self.0.connect().await.map_err(map_err)
+    }
+
+    async fn read(&self, conn: &mut MySqlConnection) -> Result<i64> {
+        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM tenax_tasks")
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(newest.unwrap_or(0))
+    }
+
+    async fn close(&self, conn: MySqlConnection) {
+        if let Err(e) = conn.close().await {
+            tracing::debug!(error = %e, "closing the wake-up probe's connection");
+        }
+    }
 }
 
 /// Parse a `mysql://` or `mariadb://` URL (sqlx knows only the former).
@@ -161,7 +204,12 @@ impl MySqlStorage {
 
     /// Connect with explicit options.
     pub async fn connect_with(url: &str, config: &MySqlConfig) -> Result<Self> {
-        Self::connect_options(options_from_url(url)?, config).await
+        let (url, wake_poll) = take_wake_poll(url)?;
+        let mut config = config.clone();
+        if let Some(interval) = wake_poll {
+            config.wake_poll_interval = interval;
+        }
+        Self::connect_options(options_from_url(&url)?, &config).await
     }
 
     async fn connect_options(options: MySqlConnectOptions, config: &MySqlConfig) -> Result<Self> {
@@ -200,8 +248,8 @@ impl MySqlStorage {
                 .min(crate::pool::LEASE_ACQUIRE_TIMEOUT),
         )
         .max_connections(1)
-        .connect_lazy_with(options);
-        let (wake, _) = watch::channel(0);
+        .connect_lazy_with(options.clone());
+        let wake = Wake::probed(NewestTask(options), config.wake_poll_interval);
         Ok(Self { pool, leases, wake })
     }
 
@@ -212,7 +260,7 @@ impl MySqlStorage {
     }
 
     fn wake(&self) {
-        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+        self.wake.bump();
     }
 
     async fn begin(&self) -> Result<Transaction<'static, MySql>> {
@@ -617,7 +665,7 @@ impl Storage for MySqlStorage {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            cross_process_wakeups: false,
+            cross_process_wakeups: self.wake.cross_process(),
         }
     }
 

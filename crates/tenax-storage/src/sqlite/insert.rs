@@ -119,8 +119,9 @@ pub(super) async fn insert_many(
 /// Insert a task inside the caller's open transaction: the task exists if and only if
 /// that transaction commits. Same rules as
 /// [`Storage::task_insert`](crate::Storage::task_insert) (a conflicting `task_no` is
-/// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)); workers of
-/// this process are not woken (they find the task at their next poll).
+/// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)); workers are
+/// woken by their wake-up probe once the transaction commits (or find the task at
+/// their next poll when the probe is off).
 pub async fn enqueue_in(
     tx: &mut Transaction<'_, Sqlite>,
     params: &TaskInsertParams,

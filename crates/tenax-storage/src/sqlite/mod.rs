@@ -10,16 +10,20 @@
 //!   and in order; writers of other processes queue on the `busy_timeout`.
 //! - Times are INTEGER milliseconds since the Unix epoch, UTC, taken from SQLite's clock
 //!   (`unixepoch('subsec')`) inside the transaction that uses them.
-//! - Wake-ups are in-process only: another process's enqueue is seen at the next poll.
+//! - Wake-ups reach other processes through a probe (`crate::wake`): a connection of
+//!   its own reads `PRAGMA data_version`, which changes when another connection
+//!   commits, every [`SqliteConfig::wake_poll_interval`].
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row, Sqlite, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
-use tokio::sync::watch;
 
 use crate::common::{duration_ms, json_list, offers_nothing, validate_insert};
 use crate::error::{Result, StorageError};
@@ -28,6 +32,7 @@ use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
 use crate::params::*;
+use crate::wake::{take_wake_poll, Probe, Wake, DEFAULT_WAKE_POLL_INTERVAL};
 use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
@@ -100,6 +105,12 @@ pub struct SqliteConfig {
     /// Pooled connections for reads and for callers of [`SqliteStorage::pool`].
     /// Defaults to 8. Write transactions take one more connection of their own.
     pub max_connections: u32,
+    /// How often a connection of its own reads `PRAGMA data_version` to wake this
+    /// process's workers when another process (or connection) has committed, once a
+    /// worker listens. Defaults to [`DEFAULT_WAKE_POLL_INTERVAL`] (25 ms); `None` keeps
+    /// wake-ups within the process, and other processes' tasks wait for the workers'
+    /// poll. The URL parameter `wake_poll_ms` overrides it (`0` for `None`).
+    pub wake_poll_interval: Option<Duration>,
 }
 
 impl Default for SqliteConfig {
@@ -108,6 +119,7 @@ impl Default for SqliteConfig {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(10),
             max_connections: 8,
+            wake_poll_interval: Some(DEFAULT_WAKE_POLL_INTERVAL),
         }
     }
 }
@@ -120,7 +132,33 @@ pub struct SqliteStorage {
     /// in memory, in order, instead of on SQLite's busy handler, which polls the lock
     /// with sleeps of 1 ms and more and leaves it idle between them.
     writer: SqlitePool,
-    wake: watch::Sender<u64>,
+    wake: Arc<Wake>,
+}
+
+/// The cross-process probe: `PRAGMA data_version` on a connection of its own changes
+/// whenever another connection (of any process) has committed to the file.
+struct DataVersion(SqliteConnectOptions);
+
+#[async_trait]
+impl Probe for DataVersion {
+    type Conn = SqliteConnection;
+
+    async fn connect(&self) -> Result<SqliteConnection> {
+        self.0.connect().await.map_err(map_err)
+    }
+
+    async fn read(&self, conn: &mut SqliteConnection) -> Result<i64> {
+        sqlx::query_scalar("PRAGMA data_version")
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn close(&self, conn: SqliteConnection) {
+        if let Err(e) = conn.close().await {
+            tracing::debug!(error = %e, "closing the wake-up probe's connection");
+        }
+    }
 }
 
 impl SqliteStorage {
@@ -132,6 +170,9 @@ impl SqliteStorage {
 
     /// Open with explicit options.
     pub async fn connect_with(url: &str, config: &SqliteConfig) -> Result<Self> {
+        let (url, wake_poll) = take_wake_poll(url)?;
+        let url = url.as_str();
+        let wake_poll_interval = wake_poll.unwrap_or(config.wake_poll_interval);
         if url.contains(":memory:") || url.contains("mode=memory") {
             return Err(InvalidInput::new(
                 "database URL",
@@ -158,10 +199,10 @@ impl SqliteStorage {
         let writer = crate::pool::options()
             .max_connections(1)
             .acquire_timeout(config.busy_timeout + Duration::from_secs(5))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(map_err)?;
-        let (wake, _) = watch::channel(0);
+        let wake = Wake::probed(DataVersion(options), wake_poll_interval);
         Ok(Self { pool, writer, wake })
     }
 
@@ -172,7 +213,7 @@ impl SqliteStorage {
     }
 
     fn wake(&self) {
-        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+        self.wake.bump();
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
@@ -280,7 +321,7 @@ impl Storage for SqliteStorage {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            cross_process_wakeups: false,
+            cross_process_wakeups: self.wake.cross_process(),
         }
     }
 

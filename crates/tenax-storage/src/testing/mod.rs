@@ -268,7 +268,7 @@ macro_rules! conformance_tests {
                 cancel_racing_a_claim_exactly_one_wins,
                 reaper_racing_a_completion_never_both_win,
                 concurrent_claimers_take_each_task_once,
-                wakeups_reach_other_processes_where_supported,
+                wakeups_reach_other_processes,
                 times_out_of_range_are_refused_or_clamped,
                 retrying_a_stale_compensation_is_refused,
                 a_newer_payload_version_waits_for_a_worker_that_knows_it,
