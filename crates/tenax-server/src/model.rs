@@ -330,7 +330,7 @@ pub struct BatchRequest {
 pub struct BatchItem {
     /// Position in the request.
     pub index: usize,
-    /// The status a single enqueue would have answered (201, 200, 409, 422, 429, 503).
+    /// The status a single enqueue would have answered (201, 200, 409, 413, 422, 429).
     pub status: u16,
     /// The task, when stored or found.
     pub task: Option<TaskView>,
