@@ -239,7 +239,7 @@ pub(crate) fn reference() -> Vec<Key> {
         key("server.db_timeout", "TENAX_SERVER_DB_TIMEOUT", "--db-timeout", secs(d.db_timeout),
             "Longest a request waits for the database (a pooled connection, then the call) before 503 with Retry-After."),
         key("server.batch_max", "", "", d.batch_max.to_string(),
-            "Most tasks in one `POST /v1/tasks/batch`."),
+            "Most tasks in one `POST /v1/tasks/batch` (inserted in one transaction) and in one `POST /v1/workflows`: 1 to 10000. A full batch must also fit in `server.body_limit`."),
     ]
 }
 

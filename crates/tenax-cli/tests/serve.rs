@@ -1,5 +1,6 @@
 //! `tenax serve` as a real process on 127.0.0.1:0 (SQLite in a temporary folder): the
-//! Python and curl examples enqueue an `echo` task, wait for it and print its result;
+//! Python and curl examples enqueue an `echo` task, wait for it and print its result,
+//! and the Python batch example enqueues thousands;
 //! tokens are checked over the socket; SIGTERM stops the API and the worker.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -165,6 +166,35 @@ fn the_python_and_curl_examples_get_their_echo_results_from_a_real_server() {
     assert_eq!(python.trim(), r#"{"message": "hello from python"}"#);
     let curl = run_example("sh", "enqueue_and_wait.sh", &addr, "hello from curl");
     assert_eq!(curl.trim(), r#"{"message":"hello from curl"}"#);
+
+    // The batch example: 2,500 tasks in three batches, then the same numbers again.
+    let batch = |extra: &[&str]| {
+        let out = Command::new("python3")
+            .arg(repo().join("examples/http-client/enqueue_batch.py"))
+            .args(["--tasks", "2500", "--type", "echo", "--prefix", "example"])
+            .args(extra)
+            .env("TENAX_URL", format!("http://{addr}"))
+            .env("TENAX_TOKEN", ENQUEUE_TOKEN)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "enqueue_batch.py failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let first = batch(&[]);
+    assert!(
+        first.contains("(2500 new, 0 existing, 0 refused; batches of 1000)"),
+        "{first}"
+    );
+    let again = batch(&["--atomic"]);
+    assert!(
+        again.contains("(0 new, 2500 existing, 0 refused; batches of 1000)"),
+        "{again}"
+    );
 
     // A secret field is stored but never answered.
     let (status, body) = http(

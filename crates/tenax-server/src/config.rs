@@ -31,6 +31,10 @@ pub struct QueueLimit {
     pub max_pending: Option<u64>,
 }
 
+/// The largest `batch_max` accepted: a batch is inserted in one transaction, and its
+/// answer holds every task.
+pub const BATCH_MAX_LIMIT: usize = 10_000;
+
 /// Everything [`router`](crate::router) needs besides the storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -54,7 +58,8 @@ pub struct ServerConfig {
     /// Longest a request waits for the database (a pooled connection, then the call)
     /// before answering 503 with `Retry-After`. Default 5 s.
     pub db_timeout: Duration,
-    /// Most tasks in one `POST /v1/tasks/batch`. Default 100.
+    /// Most tasks in one `POST /v1/tasks/batch` (and in one `POST /v1/workflows`),
+    /// 1 to [`BATCH_MAX_LIMIT`]. Default 1,000.
     pub batch_max: usize,
     /// Hosts a task's `callback_url` may name (`hooks.example.com`,
     /// `hooks.example.com:8443`, `*.example.com`). Empty: a task with a `callback_url`
@@ -83,7 +88,7 @@ impl Default for ServerConfig {
             secrets: tenax_core::Secrets::default(),
             wait_max: Duration::from_secs(60),
             db_timeout: Duration::from_secs(5),
-            batch_max: 100,
+            batch_max: 1000,
             callback_allow_hosts: Vec::new(),
             http_targets: BTreeSet::new(),
             exec_programs: BTreeSet::new(),
@@ -176,8 +181,11 @@ impl ServerConfig {
         {
             return Err(err("db_timeout", "use 10ms to 2m (default 5s)"));
         }
-        if self.batch_max == 0 || self.batch_max > 1000 {
-            return Err(err("batch_max", "use 1 to 1000 (default 100)"));
+        if self.batch_max == 0 || self.batch_max > BATCH_MAX_LIMIT {
+            return Err(err(
+                "batch_max",
+                format!("use 1 to {BATCH_MAX_LIMIT} (default 1000)"),
+            ));
         }
         Ok(warnings)
     }

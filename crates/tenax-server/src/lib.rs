@@ -47,7 +47,7 @@ mod routes;
 mod state;
 
 pub use auth::{hash_token, Caller, Role};
-pub use config::{ConfigError, QueueLimit, ServerConfig, TokenConfig};
+pub use config::{ConfigError, QueueLimit, ServerConfig, TokenConfig, BATCH_MAX_LIMIT};
 pub use dashboard::CSP;
 pub use error::ApiError;
 pub use listen::{BODY_STALL_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS};

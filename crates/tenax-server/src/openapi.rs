@@ -337,7 +337,7 @@ impl Modify for CommonErrors {
     ),
     components(schemas(
         ErrorBody, ErrorDetail, TaskView, EnqueueRequest, BatchRequest, BatchItem, BatchResponse,
-        TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
+        BatchRefusedBody, BatchRefused, BatchItemError, TaskPage, WaitResponse, AttemptView, StatsView, StatusCount, TypeCount, QueueCounts,
         ScheduleView, ScheduleRequest, QueueView, Health, BulkFilter, BulkRequest, BulkResponse,
         AuditView, AuditPage, WorkflowRequest, WorkflowTaskRequest, WorkflowView,
         WorkflowTaskView, WorkflowDetailView, WorkflowPage, QueueLimitRequest, RateLimitView,

@@ -11,8 +11,11 @@ use crate::params::{TaskInsertParams, TaskRef};
 /// The largest payload accepted, in bytes.
 pub const PAYLOAD_MAX_BYTES: usize = 1024 * 1024;
 
-/// Check an insert before it reaches the database.
-pub(crate) fn validate_insert(params: &TaskInsertParams) -> Result<()> {
+/// Check an insert before it reaches the database: the checks
+/// [`Storage::task_insert`](crate::Storage::task_insert) and
+/// [`Storage::task_insert_many`](crate::Storage::task_insert_many) run first, so that a
+/// caller can sort out the tasks a bulk insert would refuse before making it.
+pub fn validate_insert(params: &TaskInsertParams) -> Result<()> {
     if params.payload.len() > PAYLOAD_MAX_BYTES {
         return Err(InvalidInput::new(
             "payload",

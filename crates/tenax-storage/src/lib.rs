@@ -59,8 +59,8 @@ pub use bulk::{
     AUDIT_TARGET_MAX_BYTES, BULK_IDS_MAX, BULK_LIMIT_MAX,
 };
 pub use common::{
-    CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, CREATED_BY_MAX_BYTES, MAX_DELAY,
-    NUL_REPLACEMENT, PAYLOAD_MAX_BYTES,
+    validate_insert, CONCURRENCY_KEY_MAX_BYTES, CONCURRENCY_LIMIT_MAX, CREATED_BY_MAX_BYTES,
+    MAX_DELAY, NUL_REPLACEMENT, PAYLOAD_MAX_BYTES,
 };
 pub use due::{DueCount, TaskDueCountParams};
 pub use error::{Result, StorageError};
@@ -281,6 +281,19 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         params: &TaskInsertManyParams,
     ) -> Result<Vec<TaskInsertOutcome>>;
+
+    /// Insert many tasks as [`Storage::task_insert_many`] does, all or nothing: in one
+    /// transaction that commits only if `accept` returns `true` for the outcomes, which
+    /// it is given before the commit. Otherwise the transaction is rolled back and
+    /// nothing is written; the outcomes then say what each item would have done (a
+    /// `Created` item names a task that was not kept). Every task is checked first, as
+    /// by [`Storage::task_insert_many`]. Workers are woken only after a commit that
+    /// made a new task.
+    async fn task_insert_many_if(
+        &self,
+        params: &TaskInsertManyParams,
+        accept: &InsertAccept<'_>,
+    ) -> Result<TaskInsertManyChecked>;
 
     /// Insert a workflow in one transaction: its row, its tasks (a task with parents
     /// waits `blocked`) and its dependencies. Keys, references, cycles, a saga's chain

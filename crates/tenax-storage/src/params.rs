@@ -653,6 +653,21 @@ pub struct AuditListParams {
     pub action: Option<String>,
 }
 
+/// The decision of [`Storage::task_insert_many_if`](crate::Storage::task_insert_many_if):
+/// given every item's outcome inside the transaction, whether to commit it.
+pub type InsertAccept<'a> = dyn Fn(&[TaskInsertOutcome]) -> bool + Send + Sync + 'a;
+
+/// What [`Storage::task_insert_many_if`](crate::Storage::task_insert_many_if) did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskInsertManyChecked {
+    /// Per item, in the order given: what it did, or, when not `committed`, what it
+    /// would have done.
+    pub outcomes: Vec<TaskInsertOutcome>,
+    /// Whether the transaction committed (the decision accepted the outcomes). When
+    /// `false`, nothing was written.
+    pub committed: bool,
+}
+
 /// What [`Storage::task_insert_many`](crate::Storage::task_insert_many) did with one
 /// task, in the order the tasks were given.
 #[derive(Debug, Clone, PartialEq)]

@@ -175,6 +175,17 @@ impl Storage for InstrumentedStorage {
     ) -> Result<Vec<tenax_storage::TaskInsertOutcome>> {
         timed("task_insert_many", self.inner.task_insert_many(params)).await
     }
+    async fn task_insert_many_if(
+        &self,
+        params: &tenax_storage::TaskInsertManyParams,
+        accept: &tenax_storage::InsertAccept<'_>,
+    ) -> Result<tenax_storage::TaskInsertManyChecked> {
+        timed(
+            "task_insert_many_if",
+            self.inner.task_insert_many_if(params, accept),
+        )
+        .await
+    }
     async fn workflow_insert(
         &self,
         params: &tenax_storage::WorkflowInsertParams,

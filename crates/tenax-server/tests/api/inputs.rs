@@ -54,7 +54,7 @@ async fn bad_input_is_refused_and_changes_nothing(h: &Harness) {
         ("bad queue name", Method::POST, "/v1/tasks".into(), Some(r#"{"command_type":"echo","queue":"a b"}"#.into()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
         ("same task_no, other payload", Method::POST, "/v1/tasks".into(), Some(r#"{"command_type":"echo","task_no":"seed-1","payload":{"a":2}}"#.into()), StatusCode::CONFLICT, "task_no_conflict"),
         ("empty batch", Method::POST, "/v1/tasks/batch".into(), Some(r#"{"tasks":[]}"#.into()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
-        ("batch over the maximum", Method::POST, "/v1/tasks/batch".into(), Some(json!({"tasks": vec![json!({"command_type":"echo"}); 101]}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
+        ("batch over the maximum", Method::POST, "/v1/tasks/batch".into(), Some(json!({"tasks": vec![json!({"command_type":"echo"}); 1001]}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
         ("invalid cron", Method::POST, "/v1/schedules".into(), Some(r#"{"name":"bad","command_type":"echo","cron":"61 * * * *"}"#.into()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
         ("unknown time zone", Method::POST, "/v1/schedules".into(), Some(r#"{"name":"bad","command_type":"echo","cron":"0 * * * *","timezone":"Mars/Olympus"}"#.into()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
         ("schedule of an unknown type", Method::POST, "/v1/schedules".into(), Some(r#"{"name":"bad","command_type":"nope","every_secs":60}"#.into()), StatusCode::UNPROCESSABLE_ENTITY, "unknown_command_type"),

@@ -12,6 +12,7 @@
 )]
 
 mod auth;
+mod batch;
 mod bounded;
 mod dashboard;
 mod events;

@@ -303,6 +303,38 @@ impl PgStorage {
         .await
     }
 
+    /// Insert tasks in one transaction that commits only if `accept` takes the outcomes
+    /// (else it is rolled back, with the `NOTIFY` it would have sent), then wake this
+    /// process's workers if a committed task is new.
+    async fn insert_checked(
+        &self,
+        tasks: &[TaskInsertParams],
+        now: Option<DateTime<Utc>>,
+        accept: &InsertAccept<'_>,
+    ) -> Result<TaskInsertManyChecked> {
+        self.timed(async {
+            let mut tx = self.begin().await?;
+            let skip = insert::Existing::Skip;
+            let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
+            if !accept(&outcomes) {
+                tx.rollback().await.map_err(map_err)?;
+                return Ok(TaskInsertManyChecked {
+                    outcomes,
+                    committed: false,
+                });
+            }
+            tx.commit().await.map_err(map_err)?;
+            if outcomes.iter().any(TaskInsertOutcome::created) {
+                self.wake();
+            }
+            Ok(TaskInsertManyChecked {
+                outcomes,
+                committed: true,
+            })
+        })
+        .await
+    }
+
     async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         self.pool.begin().await.map_err(map_err)
     }
@@ -633,6 +665,15 @@ impl Storage for PgStorage {
     ) -> Result<Vec<TaskInsertOutcome>> {
         crate::common::validate_many(&params.tasks)?;
         self.insert_committed(&params.tasks, params.now).await
+    }
+
+    async fn task_insert_many_if(
+        &self,
+        params: &TaskInsertManyParams,
+        accept: &InsertAccept<'_>,
+    ) -> Result<TaskInsertManyChecked> {
+        crate::common::validate_many(&params.tasks)?;
+        self.insert_checked(&params.tasks, params.now, accept).await
     }
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {

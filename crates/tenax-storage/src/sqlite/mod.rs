@@ -303,13 +303,35 @@ impl SqliteStorage {
         tasks: &[TaskInsertParams],
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
+        Ok(self.insert_checked(tasks, now, &|_| true).await?.outcomes)
+    }
+
+    /// Insert tasks in one `BEGIN IMMEDIATE` transaction that commits only if `accept`
+    /// takes the outcomes (else it is rolled back), then wake this process's workers if
+    /// a committed task is new.
+    async fn insert_checked(
+        &self,
+        tasks: &[TaskInsertParams],
+        now: Option<DateTime<Utc>>,
+        accept: &InsertAccept<'_>,
+    ) -> Result<TaskInsertManyChecked> {
         let mut tx = self.begin().await?;
         let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
+        if !accept(&outcomes) {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(TaskInsertManyChecked {
+                outcomes,
+                committed: false,
+            });
+        }
         tx.commit().await.map_err(map_err)?;
         if outcomes.iter().any(TaskInsertOutcome::created) {
             self.wake();
         }
-        Ok(outcomes)
+        Ok(TaskInsertManyChecked {
+            outcomes,
+            committed: true,
+        })
     }
 }
 
@@ -590,6 +612,15 @@ impl Storage for SqliteStorage {
     ) -> Result<Vec<TaskInsertOutcome>> {
         crate::common::validate_many(&params.tasks)?;
         self.insert_committed(&params.tasks, params.now).await
+    }
+
+    async fn task_insert_many_if(
+        &self,
+        params: &TaskInsertManyParams,
+        accept: &InsertAccept<'_>,
+    ) -> Result<TaskInsertManyChecked> {
+        crate::common::validate_many(&params.tasks)?;
+        self.insert_checked(&params.tasks, params.now, accept).await
     }
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {

@@ -118,6 +118,95 @@ pub async fn an_invalid_task_in_a_bulk_insert_inserts_nothing(h: &Harness) {
         .is_empty());
 }
 
+/// `task_insert_many_if` commits only what its decision accepts: refused, nothing is
+/// written (not even the new tasks), and the outcomes still say what each item would
+/// have done; accepted, it is `task_insert_many`.
+pub async fn an_all_or_nothing_bulk_insert_commits_only_what_its_decision_accepts(h: &Harness) {
+    let held = h.storage.task_insert(&numbered("held", 0)).await.unwrap();
+    let mut tasks: Vec<TaskInsertParams> =
+        (0..600).map(|i| numbered(&format!("aon-{i}"), i)).collect();
+    let mut clash = numbered("held", 0);
+    clash.payload = r#"{"i":99}"#.to_owned();
+    tasks.push(clash);
+    tasks.push(numbered("held", 0));
+    let no_conflict = |outcomes: &[TaskInsertOutcome]| {
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, TaskInsertOutcome::Conflict { .. }))
+    };
+    let refused = h
+        .storage
+        .task_insert_many_if(&many(tasks.clone()), &no_conflict)
+        .await
+        .unwrap();
+    assert!(!refused.committed);
+    assert_eq!(refused.outcomes.len(), 602);
+    assert!(refused.outcomes[..600]
+        .iter()
+        .all(TaskInsertOutcome::created));
+    match &refused.outcomes[600] {
+        TaskInsertOutcome::Conflict { existing, field } => {
+            assert_eq!(existing.id, held.task.id);
+            assert_eq!(*field, "payload");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(
+        refused.outcomes[601],
+        TaskInsertOutcome::Existing(held.task.clone())
+    );
+    assert_eq!(h.storage.stats().await.unwrap().total(), 1);
+    for no in ["aon-0", "aon-599"] {
+        let task = TaskNo::new(no).unwrap();
+        assert!(h
+            .storage
+            .task_get(&crate::TaskRef::No(task))
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    tasks.remove(600);
+    let accepted = h
+        .storage
+        .task_insert_many_if(&many(tasks), &no_conflict)
+        .await
+        .unwrap();
+    assert!(accepted.committed);
+    assert!(accepted.outcomes[..600]
+        .iter()
+        .all(TaskInsertOutcome::created));
+    assert_eq!(
+        accepted.outcomes[600],
+        TaskInsertOutcome::Existing(held.task)
+    );
+    for outcome in &accepted.outcomes {
+        let stored = h
+            .storage
+            .task_get(&crate::TaskRef::Id(outcome.task().id))
+            .await
+            .unwrap();
+        assert_eq!(stored.as_ref(), Some(outcome.task()));
+    }
+    assert_eq!(h.storage.stats().await.unwrap().total(), 601);
+
+    // An invalid task refuses the call before anything is asked or written.
+    let asked = std::sync::atomic::AtomicBool::new(false);
+    let mut bad = numbered("aon-bad", 0);
+    bad.max_attempts = 0;
+    let err = h
+        .storage
+        .task_insert_many_if(&many(vec![numbered("aon-new", 0), bad]), &|_| {
+            asked.store(true, std::sync::atomic::Ordering::SeqCst);
+            true
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::Invalid(_)), "{err:?}");
+    assert!(!asked.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(h.storage.stats().await.unwrap().total(), 601);
+}
+
 pub async fn concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once(h: &Harness) {
     let other = h.reopen().await;
     let tasks = |offset: usize| -> Vec<TaskInsertParams> {

@@ -13,6 +13,7 @@ pub use super::alert_state::*;
 pub use super::bulk::*;
 pub use super::bulk_insert::{
     a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
+    an_all_or_nothing_bulk_insert_commits_only_what_its_decision_accepts,
     an_invalid_task_in_a_bulk_insert_inserts_nothing,
     concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
     the_record_an_insert_answers_is_the_stored_record,

@@ -221,6 +221,13 @@ impl Storage for FaultyStorage {
     ) -> Result<Vec<crate::TaskInsertOutcome>> {
         self.inner.task_insert_many(params).await
     }
+    async fn task_insert_many_if(
+        &self,
+        params: &crate::TaskInsertManyParams,
+        accept: &crate::InsertAccept<'_>,
+    ) -> Result<crate::TaskInsertManyChecked> {
+        self.inner.task_insert_many_if(params, accept).await
+    }
     async fn workflow_insert(
         &self,
         params: &crate::WorkflowInsertParams,

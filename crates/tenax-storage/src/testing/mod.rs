@@ -315,6 +315,7 @@ macro_rules! conformance_tests {
                 a_faulty_storage_forwards_bulk_actions_and_the_audit_log,
                 a_bulk_insert_of_ten_thousand_reports_new_existing_and_conflicts,
                 an_invalid_task_in_a_bulk_insert_inserts_nothing,
+                an_all_or_nothing_bulk_insert_commits_only_what_its_decision_accepts,
                 concurrent_bulk_inserts_of_the_same_numbers_make_each_task_once,
                 the_record_an_insert_answers_is_the_stored_record,
                 a_child_waits_blocked_until_all_its_parents_succeeded,
