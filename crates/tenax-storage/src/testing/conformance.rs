@@ -25,6 +25,9 @@ pub use super::keys::*;
 pub use super::observability::*;
 pub use super::outbox::*;
 pub use super::outcomes::*;
+pub use super::prune::{
+    a_prune_keeps_the_side_rows_live_tasks_need, pruned_tasks_leave_no_side_rows_behind,
+};
 pub use super::queues::*;
 pub use super::rates::*;
 pub use super::runtime::*;
