@@ -311,3 +311,108 @@ pub async fn a_prune_keeps_the_side_rows_live_tasks_need(h: &Harness) {
     let numbers: Vec<&str> = next.iter().map(|t| t.task_no.as_str()).collect();
     assert!(numbers.contains(&"wait-2"), "{numbers:?}");
 }
+
+pub async fn keyed_claims_racing_the_side_prune_never_pass_a_key_limit(h: &Harness) {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    const TASKS: usize = 120;
+    const KEYS: usize = 4;
+    let running: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let keys_pruned = Arc::new(AtomicU64::new(0));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    // Tasks arrive a few at a time, so a key's row is often left with no live task (and
+    // pruned) just before its next task is claimed.
+    let enqueuer = {
+        let storage = h.reopen().await;
+        tokio::spawn(async move {
+            for n in 0..TASKS {
+                let key = format!("key-{}", n % KEYS);
+                storage
+                    .task_insert(&keyed(&format!("race-{n}"), &key, n))
+                    .await
+                    .unwrap();
+                if n % KEYS == KEYS - 1 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    let pruner = {
+        let storage = h.reopen().await;
+        let (stop, keys_pruned) = (stop.clone(), keys_pruned.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let pruned = storage
+                    .side_prune(&SidePruneParams {
+                        audit_retention: Duration::from_secs(3_600),
+                        limit: 100,
+                        now: None,
+                    })
+                    .await
+                    .unwrap();
+                keys_pruned.fetch_add(pruned.keys, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut claimers = Vec::new();
+    for claimer in 0..3 {
+        let storage = h.reopen().await;
+        let (running, finished) = (running.clone(), finished.clone());
+        claimers.push(tokio::spawn(async move {
+            let params = super::claim_params(&format!("w{claimer}"), 2, None);
+            while finished.load(Ordering::SeqCst) < TASKS {
+                assert!(tokio::time::Instant::now() < deadline, "claims stalled");
+                let batch = storage.task_claim_batch(&params).await.unwrap();
+                for task in &batch {
+                    let key = task.concurrency_key.clone().unwrap();
+                    let mut running = running.lock().unwrap();
+                    let n = running.entry(key.clone()).or_insert(0);
+                    *n += 1;
+                    assert!(*n <= 1, "{n} tasks of key {key} ran at once");
+                }
+                tokio::task::yield_now().await;
+                for task in &batch {
+                    if let Some(n) = running
+                        .lock()
+                        .unwrap()
+                        .get_mut(task.concurrency_key.as_deref().unwrap())
+                    {
+                        *n -= 1;
+                    }
+                    assert!(storage
+                        .task_complete_if_leased(&TaskCompleteParams {
+                            lease: lease(task),
+                            result: None,
+                            compensation: CompensationState::Succeeded,
+                            now: None,
+                        })
+                        .await
+                        .unwrap());
+                    finished.fetch_add(1, Ordering::SeqCst);
+                }
+                if batch.is_empty() {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    enqueuer.await.unwrap();
+    for claimer in claimers {
+        claimer.await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    pruner.await.unwrap();
+    assert_eq!(finished.load(Ordering::SeqCst), TASKS);
+    let rows = table_rows(&h.url).await;
+    if rows.contains_key("tenax_concurrency_keys") {
+        assert!(
+            keys_pruned.load(Ordering::SeqCst) > 0,
+            "the pruner never removed a key row while claims ran"
+        );
+    }
+}
