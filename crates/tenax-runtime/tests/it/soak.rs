@@ -9,7 +9,8 @@
 //! 100 000 on those two:
 //!
 //! ```text
-//! cargo test --workspace --all-features --test it -- soak --ignored --nocapture
+//! TENAX_TEST_POSTGRES_URL=... TENAX_TEST_MYSQL_URL=... \
+//!   cargo test --workspace --all-features --test it -- soak --ignored --nocapture --test-threads 1
 //! ```
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
