@@ -269,7 +269,7 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Records an operator action (database clock).
     ///
-    /// The audit log is never pruned by the pruner: its retention is left to the operator.
+    /// Entries older than the audit retention are deleted by [`Storage::side_prune`].
     async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord>;
 
     /// Lists recorded operator actions, newest first.
