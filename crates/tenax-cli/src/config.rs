@@ -121,6 +121,8 @@ pub(crate) struct WorkerFile {
     #[serde(default, deserialize_with = "duration")]
     pub(crate) retention: Option<Duration>,
     pub(crate) prune_batch: Option<u32>,
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) audit_retention: Option<Duration>,
     pub(crate) scheduler: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) scheduler_interval: Option<Duration>,
@@ -304,6 +306,14 @@ fn secs(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
+/// A whole number of days as `Ndays` (humantime would say `2months 29days …`).
+fn days(d: Duration) -> String {
+    match d.as_secs() {
+        s if s % 86_400 == 0 => format!("{}days", s / 86_400),
+        _ => secs(d),
+    }
+}
+
 /// Every key of `tenax.toml`, with its default taken from the code.
 pub(crate) fn reference() -> Vec<Key> {
     let mut keys = worker_reference();
@@ -453,7 +463,14 @@ fn worker_reference() -> Vec<Key> {
             "",
             "",
             d.prune_batch.to_string(),
-            "Most tasks deleted per pruner statement.",
+            "Most tasks deleted per pruner statement, and most rows per side table (dependencies, workflows, concurrency keys, audit entries) per sweep.",
+        ),
+        key(
+            "worker.audit_retention",
+            "",
+            "",
+            days(d.audit_retention),
+            "Audit entries older than this are deleted by the pruner. A worker setting, as the pruner runs in the worker (`tenax serve` runs one too).",
         ),
         key(
             "worker.scheduler",
@@ -633,6 +650,7 @@ pub(crate) fn worker_config(
         pruner_interval: file.pruner_interval.unwrap_or(d.pruner_interval),
         retention: retention.or(file.retention).unwrap_or(d.retention),
         prune_batch: file.prune_batch.unwrap_or(d.prune_batch),
+        audit_retention: file.audit_retention.unwrap_or(d.audit_retention),
         background: Vec::new(),
         scheduler: file.scheduler.unwrap_or(d.scheduler),
         scheduler_interval: file.scheduler_interval.unwrap_or(d.scheduler_interval),
@@ -744,6 +762,21 @@ mod tests {
         );
         assert_eq!(config.heartbeat_interval, Duration::from_secs(4));
         assert_eq!(config.queues, vec!["a".to_owned(), "b".to_owned()]);
+    }
+
+    #[test]
+    fn the_audit_retention_is_a_worker_setting() {
+        let file = parse("[worker]\naudit_retention = \"30days\"\n").unwrap();
+        let config = worker_config(&file.worker, None, None, None, None, None, None).unwrap();
+        assert_eq!(config.audit_retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(
+            WorkerConfig::default().audit_retention,
+            Duration::from_secs(90 * 86_400)
+        );
+        let err = parse("[server]\naudit_retention = \"30days\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("audit_retention"), "{err}");
     }
 
     #[test]

@@ -73,9 +73,13 @@ pub struct WorkerConfig {
     /// Finished tasks are deleted after this. Defaults to
     /// [`WorkerConfig::RETENTION_DEFAULT`] (7 days).
     pub retention: Duration,
-    /// Most tasks deleted per pruner statement. Defaults to
+    /// Most tasks deleted per pruner statement, and most rows per side table (dependency
+    /// rows, workflows, concurrency keys, audit entries) per sweep. Defaults to
     /// [`WorkerConfig::PRUNE_BATCH_DEFAULT`] (1000).
     pub prune_batch: u32,
+    /// Audit entries are deleted by the pruner after this. Defaults to
+    /// [`WorkerConfig::AUDIT_RETENTION_DEFAULT`] (90 days).
+    pub audit_retention: Duration,
     /// Fire the due ticks of periodic schedules in this worker. Defaults to `true`:
     /// the database decides which node fires a tick, so every worker can. The
     /// worker's own schedules are declared at start either way.
@@ -151,6 +155,8 @@ impl WorkerConfig {
     pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
     /// Default [`WorkerConfig::prune_batch`].
     pub const PRUNE_BATCH_DEFAULT: u32 = 1000;
+    /// Default [`WorkerConfig::audit_retention`].
+    pub const AUDIT_RETENTION_DEFAULT: Duration = Duration::from_secs(90 * 24 * 3600);
     /// Default [`WorkerConfig::scheduler_interval`].
     pub const SCHEDULER_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 
@@ -297,6 +303,7 @@ impl Default for WorkerConfig {
             pruner_interval: Self::PRUNER_INTERVAL_DEFAULT,
             retention: Self::RETENTION_DEFAULT,
             prune_batch: Self::PRUNE_BATCH_DEFAULT,
+            audit_retention: Self::AUDIT_RETENTION_DEFAULT,
             background: Vec::new(),
             scheduler: true,
             scheduler_interval: Self::SCHEDULER_INTERVAL_DEFAULT,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use rand::Rng;
-use tenax_storage::{Storage, TaskPruneParams, TaskReapParams};
+use tenax_storage::{SidePruneParams, Storage, TaskPruneParams, TaskReapParams};
 use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -239,33 +239,72 @@ fn chrono_duration(d: Duration) -> chrono::TimeDelta {
     chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
 }
 
-/// Delete finished tasks older than the retention, in bounded batches.
+/// Delete finished tasks older than the retention, in bounded batches, then what they
+/// leave behind (dependency rows, workflows, concurrency keys) and audit entries older
+/// than the audit retention, likewise.
 pub(crate) async fn pruner_loop(
     storage: Arc<dyn Storage>,
     config: WorkerConfig,
     stop: CancellationToken,
 ) {
     while jittered(config.pruner_interval, &stop).await {
-        loop {
-            let pruned = storage
-                .task_prune(&TaskPruneParams {
-                    retention: config.retention,
-                    limit: config.prune_batch,
-                    now: None,
-                })
-                .await;
-            match pruned {
-                Ok(n) if n == u64::from(config.prune_batch) && !stop.is_cancelled() => continue,
-                Ok(n) => {
-                    if n > 0 {
-                        info!(deleted = n, "pruned finished tasks");
-                    }
-                    break;
+        prune_tasks(storage.as_ref(), &config, &stop).await;
+        prune_side_tables(storage.as_ref(), &config, &stop).await;
+    }
+}
+
+async fn prune_tasks(storage: &dyn Storage, config: &WorkerConfig, stop: &CancellationToken) {
+    loop {
+        let pruned = storage
+            .task_prune(&TaskPruneParams {
+                retention: config.retention,
+                limit: config.prune_batch,
+                now: None,
+            })
+            .await;
+        match pruned {
+            Ok(n) if n == u64::from(config.prune_batch) && !stop.is_cancelled() => continue,
+            Ok(n) => {
+                if n > 0 {
+                    info!(deleted = n, "pruned finished tasks");
                 }
-                Err(e) => {
-                    warn!(error = %e, "pruner pass failed");
-                    break;
+                return;
+            }
+            Err(e) => {
+                warn!(error = %e, "pruner pass failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Sweep the side tables until no table fills a batch. Each call deletes at most
+/// `prune_batch` rows per table, so a pass stays bounded however much was left.
+async fn prune_side_tables(storage: &dyn Storage, config: &WorkerConfig, stop: &CancellationToken) {
+    let params = SidePruneParams {
+        audit_retention: config.audit_retention,
+        limit: config.prune_batch,
+        now: None,
+    };
+    while !stop.is_cancelled() {
+        match storage.side_prune(&params).await {
+            Ok(pruned) => {
+                if pruned.total() > 0 {
+                    info!(
+                        keys = pruned.keys,
+                        dependencies = pruned.deps,
+                        workflows = pruned.workflows,
+                        audit = pruned.audit,
+                        "pruned side tables"
+                    );
                 }
+                if !pruned.more(config.prune_batch) {
+                    return;
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "side-table pruner pass failed");
+                return;
             }
         }
     }

@@ -40,6 +40,7 @@ pub mod params;
 mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod prune;
 mod queue_stats;
 mod rates;
 mod schedules;
@@ -75,6 +76,7 @@ pub use outbox::{
     CALLBACK_URL_MAX_BYTES, OUTBOX_BATCH_MAX, OUTBOX_ERROR_MAX_BYTES,
 };
 pub use params::*;
+pub use prune::{SidePruneParams, SidePruned};
 /// The sqlx version Tenax is built with, so a caller's transaction has the types the
 /// `enqueue_in` functions of each backend take.
 pub use sqlx;
@@ -175,6 +177,13 @@ pub trait Storage: Send + Sync + 'static {
     /// many. A dead task whose compensation has not finished is kept.
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64>;
 
+    /// Delete, at most `limit` rows per table, what pruned tasks leave behind: the
+    /// dependency rows of pruned dependents, workflows with no task left, concurrency
+    /// keys with no live task, and audit entries older than the audit retention. Each
+    /// table is swept in its own transaction; a key row a claim holds, or a workflow a
+    /// transaction is changing, is left for the next call. See the `prune` module.
+    async fn side_prune(&self, params: &SidePruneParams) -> Result<SidePruned>;
+
     /// Counts by status and by command type.
     async fn stats(&self) -> Result<Stats>;
 
@@ -265,7 +274,7 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Records an operator action (database clock).
     ///
-    /// The audit log is never pruned by the pruner: its retention is left to the operator.
+    /// Entries older than the audit retention are deleted by [`Storage::side_prune`].
     async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord>;
 
     /// Lists recorded operator actions, newest first.

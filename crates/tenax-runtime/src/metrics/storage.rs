@@ -100,6 +100,12 @@ impl Storage for InstrumentedStorage {
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
         timed("task_prune", self.inner.task_prune(params)).await
     }
+    async fn side_prune(
+        &self,
+        params: &tenax_storage::SidePruneParams,
+    ) -> Result<tenax_storage::SidePruned> {
+        timed("side_prune", self.inner.side_prune(params)).await
+    }
     async fn stats(&self) -> Result<Stats> {
         timed("stats", self.inner.stats()).await
     }

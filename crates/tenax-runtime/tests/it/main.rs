@@ -31,6 +31,9 @@ mod rates;
 mod schedules;
 /// Secret payload fields masked out of every stored outcome.
 mod secrets;
+/// Soak: with a short retention, every table the pruner keeps bounded returns to its
+/// floor after 10^5 tasks with workflows, concurrency keys and audit entries.
+mod soak;
 /// Time: delayed tasks start on time, running tasks can be cancelled.
 mod timing;
 /// Bulk enqueue and workflows from the client.

@@ -21,6 +21,9 @@ use crate::error::Result;
 use crate::params::TaskClaimParams;
 use crate::ATTEMPT_HISTORY_LEN;
 
+/// Rounds of upsert and lock before a keyed claim gives up until the next poll.
+const KEY_LOCK_TRIES: usize = 4;
+
 impl PgStorage {
     /// Claim at most `limit` keyed tasks, each only while its key has a free slot.
     pub(super) async fn claim_keyed(
@@ -143,22 +146,39 @@ impl PgStorage {
             tx.rollback().await.map_err(map_err)?;
             return Ok(Vec::new());
         }
-        sqlx::query(
-            "INSERT INTO tenax_concurrency_keys (name)
-             SELECT k FROM unnest($1::text[]) AS k ORDER BY k
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&keys)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        sqlx::query(
-            "SELECT name FROM tenax_concurrency_keys WHERE name = ANY($1) ORDER BY name FOR UPDATE",
-        )
-        .bind(&keys)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        // The pruner may delete a key's row between the upsert and the lock (it removes
+        // rows no live task needs, as read before this claim's candidates were
+        // committed): the lock then finds no row. Write the missing rows again until
+        // every key's row is held, so the count below is always made under the lock.
+        let mut held = 0;
+        for _ in 0..KEY_LOCK_TRIES {
+            sqlx::query(
+                "INSERT INTO tenax_concurrency_keys (name)
+                 SELECT k FROM unnest($1::text[]) AS k ORDER BY k
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&keys)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            held = sqlx::query(
+                "SELECT name FROM tenax_concurrency_keys WHERE name = ANY($1)
+                 ORDER BY name FOR UPDATE",
+            )
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .len();
+            if held == keys.len() {
+                break;
+            }
+        }
+        if held != keys.len() {
+            // Claim nothing this time; the next poll tries again.
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
         let running: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
             "SELECT concurrency_key, count(*) FROM tenax_tasks
              WHERE status = 'running' AND concurrency_key = ANY($1)

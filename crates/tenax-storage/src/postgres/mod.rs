@@ -54,6 +54,7 @@ mod insert;
 mod keys;
 mod outbox;
 mod outcomes;
+mod prune;
 mod queue_stats;
 mod queues;
 mod rates;
@@ -633,6 +634,10 @@ impl Storage for PgStorage {
 
     async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
         self.retry_impl(params).await
+    }
+
+    async fn side_prune(&self, params: &crate::SidePruneParams) -> Result<crate::SidePruned> {
+        self.side_prune_impl(params).await
     }
 
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {

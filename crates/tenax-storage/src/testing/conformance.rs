@@ -26,6 +26,11 @@ pub use super::keys::*;
 pub use super::observability::*;
 pub use super::outbox::*;
 pub use super::outcomes::*;
+pub use super::prune::{
+    a_prune_keeps_the_side_rows_live_tasks_need,
+    keyed_claims_racing_the_side_prune_never_pass_a_key_limit,
+    pruned_tasks_leave_no_side_rows_behind,
+};
 pub use super::queues::*;
 pub use super::rates::*;
 pub use super::runtime::*;

@@ -140,6 +140,9 @@ impl Storage for FaultyStorage {
     async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
         self.inner.task_prune(params).await
     }
+    async fn side_prune(&self, params: &crate::SidePruneParams) -> Result<crate::SidePruned> {
+        self.inner.side_prune(params).await
+    }
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }

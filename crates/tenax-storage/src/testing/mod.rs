@@ -28,6 +28,7 @@ mod keys;
 mod observability;
 mod outbox;
 mod outcomes;
+pub mod prune;
 mod queues;
 mod rates;
 pub mod runtime;
@@ -258,6 +259,9 @@ macro_rules! conformance_tests {
                 cancel_only_waiting_tasks,
                 manual_retry_resets_the_budget_and_keeps_history,
                 prune_deletes_old_finished_tasks_only,
+                pruned_tasks_leave_no_side_rows_behind,
+                a_prune_keeps_the_side_rows_live_tasks_need,
+                keyed_claims_racing_the_side_prune_never_pass_a_key_limit,
                 attempt_history_is_bounded,
                 stats_count_by_status_and_type,
                 random_operations_follow_the_state_machine,
