@@ -8,7 +8,7 @@ use crate::dashboard;
 use crate::state::AppState;
 
 use crate::model::*;
-use crate::routes::{admin, events, health, ops, tasks, workflows};
+use crate::routes::{admin, batch, events, health, ops, tasks, workflows};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub const ROUTES: &[RouteSpec] = &[
         post(tasks::enqueue)
     }),
     route("POST", "/v1/tasks/batch", Access::Enqueue, || {
-        post(tasks::enqueue_batch)
+        post(batch::enqueue_batch)
     }),
     route("GET", "/v1/tasks", Access::Read, || get(tasks::list)),
     route("GET", "/v1/tasks/{id}", Access::TaskRead, || {
@@ -302,7 +302,7 @@ impl Modify for CommonErrors {
         health::readyz,
         health::openapi_json,
         tasks::enqueue,
-        tasks::enqueue_batch,
+        batch::enqueue_batch,
         tasks::list,
         tasks::get_by_id,
         tasks::get_by_no,

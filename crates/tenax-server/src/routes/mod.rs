@@ -13,6 +13,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub(crate) mod admin;
+pub(crate) mod batch;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod ops;
