@@ -27,16 +27,13 @@
 //!   this one's workers. A retry, redrive or resumed queue of another process is seen
 //!   at the next poll; so is, rarely, an insert whose transaction commits after one
 //!   with a higher id was seen.
-use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, SubsecRound, TimeDelta, Utc};
-use sqlx::mysql::{
-    MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlExecutor, MySqlPool,
-};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlExecutor, MySqlPool};
 use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Row, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 
@@ -54,11 +51,14 @@ use crate::workflows::{
 };
 use crate::{Capabilities, Storage, WakeReceiver};
 
+use errors::*;
+
 mod actions;
 mod alert_state;
 mod audit;
 mod bulk;
 mod claim;
+mod errors;
 mod events;
 mod insert;
 mod keys;
@@ -89,32 +89,10 @@ fn migrator() -> sqlx::migrate::Migrator {
     migrator
 }
 
-/// `ER_DUP_ENTRY`: a unique key already holds the value.
-const ER_DUP_ENTRY: u16 = 1062;
-/// `ER_LOCK_WAIT_TIMEOUT`: a row lock was not granted within `innodb_lock_wait_timeout`.
-const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
-/// `ER_LOCK_DEADLOCK`: InnoDB chose this transaction as a deadlock victim.
-const ER_LOCK_DEADLOCK: u16 = 1213;
-/// `ER_AUTOINC_READ_FAILED`: an insert could not take its auto-increment value. InnoDB
-/// reports a deadlock on the table's AUTO-INC lock this way; the event triggers'
-/// `INSERT ... SELECT` into `tenax_events` take that lock while the sequencer's
-/// locking read holds rows of the same table. Like a deadlock, the transaction was
-/// rolled back and can simply run again.
-const ER_AUTOINC_READ_FAILED: u16 = 1467;
-/// Server-side connection failures: too many connections (1040), server shutdown
-/// (1053), connection killed (MariaDB 1927).
-const CONNECTION_ERRORS: [u16; 3] = [1040, 1053, 1927];
-/// Errors of a server that is failing over or interrupting statements: read-only
-/// (1290, 1836), query interrupted (1317), statement time exceeded (1969).
-const FAILOVER_ERRORS: [u16; 4] = [1290, 1317, 1836, 1969];
-
 /// The statuses a claim takes tasks from.
 const CLAIMABLE: [&str; 2] = ["pending", "retrying"];
 /// The statuses a prune deletes.
 const FINISHED: [&str; 3] = ["succeeded", "dead", "cancelled"];
-
-/// How often a transaction that lost a lock conflict is run again before giving up.
-const LOCK_CONFLICT_RETRIES: u32 = 5;
 
 /// Options of the MariaDB/MySQL backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -388,89 +366,6 @@ pub async fn testing_database(server_url: &str, name: &str) -> Result<std::sync:
         MySqlStorage::connect_options(options.database(name), &MySqlConfig::default()).await?;
     storage.migrate().await?;
     Ok(std::sync::Arc::new(storage))
-}
-
-/// Map a sqlx error to the normalised kinds.
-pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
-    let number = mysql_error_number(&err);
-    match &err {
-        sqlx::Error::Database(_) => match number {
-            Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT | ER_AUTOINC_READ_FAILED) => {
-                StorageError::Transient(Box::new(err))
-            }
-            Some(n) if CONNECTION_ERRORS.contains(&n) || FAILOVER_ERRORS.contains(&n) => {
-                StorageError::Transient(Box::new(err))
-            }
-            _ => StorageError::Database(Box::new(err)),
-        },
-        sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::WorkerCrashed => StorageError::Transient(Box::new(err)),
-        _ => StorageError::Database(Box::new(err)),
-    }
-}
-
-/// The server's error number, when the error is one the server sent.
-fn mysql_error_number(err: &sqlx::Error) -> Option<u16> {
-    err.as_database_error()
-        .and_then(|db| db.try_downcast_ref::<MySqlDatabaseError>())
-        .map(MySqlDatabaseError::number)
-}
-
-/// Whether a mapped error is a deadlock or a lock-wait timeout: the transaction lost a
-/// lock conflict and can simply run again.
-fn is_lock_conflict(err: &StorageError) -> bool {
-    let StorageError::Transient(source) = err else {
-        return false;
-    };
-    source
-        .downcast_ref::<sqlx::Error>()
-        .and_then(mysql_error_number)
-        .is_some_and(|n| {
-            matches!(
-                n,
-                ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT | ER_AUTOINC_READ_FAILED
-            )
-        })
-}
-
-/// Run a whole transaction, again when it lost a lock conflict (after a jittered,
-/// doubling pause), up to [`LOCK_CONFLICT_RETRIES`] times. `transaction` must begin and
-/// commit its own transaction: a deadlock rolls back all of it, and after a lock-wait
-/// timeout (which rolls back only the statement) the transaction is dropped, which
-/// rolls it back.
-async fn retrying<T, F, Fut>(mut transaction: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut retries = 0;
-    loop {
-        match transaction().await {
-            Err(err) if retries < LOCK_CONFLICT_RETRIES && is_lock_conflict(&err) => {
-                retries += 1;
-                let pause = backoff(retries);
-                tracing::debug!(%err, retries, ?pause, "lock conflict; transaction run again");
-                tokio::time::sleep(pause).await;
-            }
-            result => return result,
-        }
-    }
-}
-
-/// Between half and all of 10 ms × 2^(retry - 1), so that colliding transactions do not
-/// collide again.
-fn backoff(retry: u32) -> Duration {
-    use std::hash::BuildHasher;
-
-    let ceiling_us = 10_000u64 << retry.saturating_sub(1).min(10);
-    // A fresh `RandomState` is randomly keyed: hashing anything with it is a cheap
-    // random number, without another dependency.
-    let random = std::collections::hash_map::RandomState::new().hash_one(retry);
-    Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1))
 }
 
 /// A time as a `DATETIME(6)` column holds it: UTC wall-clock time, microseconds.
