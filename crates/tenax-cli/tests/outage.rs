@@ -48,7 +48,8 @@ impl Workers {
                 .args(["--bank-failure-rate", "0", "--bank-latency", "10ms"])
                 .arg("--ledger")
                 .arg(ledger)
-                .env("TENAX_LOG", "warn")
+                // The reaper's passes too, so a failure can tell who took a lease.
+                .env("TENAX_LOG", "warn,tenax_runtime::maintenance=info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(File::create(&log).unwrap())
@@ -88,6 +89,22 @@ impl Workers {
                     .count()
             })
             .sum()
+    }
+
+    /// The lines of the workers' logs that contain any of `needles`, each after its
+    /// worker's number.
+    fn lines_with(&self, needles: &[&str]) -> String {
+        let mut found = String::new();
+        for (i, log) in self.logs.iter().enumerate() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            for line in text
+                .lines()
+                .filter(|l| needles.iter().any(|n| l.contains(n)))
+            {
+                found.push_str(&format!("worker {i}: {line}\n"));
+            }
+        }
+        found
     }
 
     fn log_tails(&self) -> String {
@@ -239,22 +256,23 @@ fn finished_then_run_again(executions: &[Execution]) -> Vec<String> {
 /// it: a task whose handler had finished has its outcome written, and never runs again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_stop_shorter_than_the_lease_re_runs_no_finished_task() {
-    let Some(executions) = ride_out("3s").await else {
+    let Some((executions, notable)) = ride_out("3s").await else {
         return;
     };
     let again = finished_then_run_again(&executions);
     assert!(
         again.is_empty(),
-        "{} tasks ran again after their handler had succeeded: {again:?}",
+        "{} tasks ran again after their handler had succeeded: {again:?}\n\
+         what the workers logged of leases and outcomes:\n{notable}",
         again.len()
     );
 }
 
 /// Workers with leases of `lease` ride out an immediate restart of their database
 /// ([`OUTAGE`] down): none exits, they resume within [`RESUME_WITHIN`], no task is lost
-/// and no two executions of a task overlap. The ledger's executions, or `None` when
-/// skipped.
-async fn ride_out(lease: &str) -> Option<Vec<Execution>> {
+/// and no two executions of a task overlap. The ledger's executions and the workers'
+/// log lines about leases and outcomes, or `None` when skipped.
+async fn ride_out(lease: &str) -> Option<(Vec<Execution>, String)> {
     let test_started = Instant::now();
     let mut pg = tokio::task::block_in_place(private_postgres)?;
     let db = pg.url();
@@ -343,6 +361,7 @@ async fn ride_out(lease: &str) -> Option<Vec<Execution>> {
     let all_done = restart.up_at.elapsed();
     workers.assert_all_running("at the end");
     let outage_warnings = workers.log_lines_with("WARN");
+    let notable = workers.lines_with(&["lease", "outcome", "reaped", "fenced", "clock"]);
     workers.kill_all(&ledger).await;
 
     let succeeded_nos: BTreeSet<String> = tasks.iter().map(|t| t.task_no.to_string()).collect();
@@ -368,5 +387,5 @@ async fn ride_out(lease: &str) -> Option<Vec<Execution>> {
         test_started.elapsed(),
     );
     drop(pg);
-    Some(ledger.executions().await.unwrap())
+    Some((ledger.executions().await.unwrap(), notable))
 }

@@ -93,6 +93,13 @@ pub(crate) async fn reaper_loop(
 /// the reaper for a TTL.
 const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(1);
 
+/// A reading that took longer than this to come back may have waited out an outage:
+/// while the server is down, a pass waits for a connection (the pool reconnects until
+/// its acquire timeout) instead of failing. A heartbeat waits at most this long for its
+/// own connection, so heartbeats may have failed meanwhile, and the reading is taken
+/// like a failed pass followed by an answer.
+const SLOW_READING: Duration = Duration::from_secs(1);
+
 /// One reading of the database clock, between two readings of the local monotonic
 /// clock (the query's round trip).
 #[derive(Debug, Clone, Copy)]
@@ -132,7 +139,9 @@ pub(crate) enum ReapPass {
 ///
 /// An outage stops every heartbeat of the fleet at once, so the leases that expired
 /// during it say nothing of their workers: once the database answers again after a
-/// failed pass, the reaper waits one TTL the same way, while the workers renew.
+/// failed pass, or after a reading that took longer than [`SLOW_READING`] (a pass that
+/// waited for its connection through the outage), the reaper waits one TTL the same
+/// way, while the workers renew.
 ///
 /// The TTL is this worker's: a fleet under one database shares it (a worker with a
 /// longer one may be reaped after a step while it still runs).
@@ -207,8 +216,15 @@ impl ClockWatch {
                 }
             }
         }
+        let round_trip = sample.after.saturating_duration_since(sample.before);
         if std::mem::take(&mut self.unreached) {
             info!("the database answers again; no lease is reaped for a lease TTL");
+            self.hold_until = Some(sample.after + self.lease_ttl);
+        } else if round_trip > SLOW_READING {
+            info!(
+                round_trip_ms = round_trip.as_millis() as u64,
+                "the database was slow to answer, and may have been down; no lease is reaped for a lease TTL"
+            );
             self.hold_until = Some(sample.after + self.lease_ttl);
         }
         self.last = Some(sample);
@@ -408,14 +424,33 @@ mod tests {
         watch.observe(clocks.at(31.0, 0.0));
         // 0.8 s ahead is under the tolerance.
         assert!(reaps_at(watch.observe(clocks.at(36.0, 0.8))).is_some());
-        // A reading that took 3 s: the database may have read its clock at any point.
+        // A reading that took 0.9 s, read at its end: no step.
         let slow = Sample {
             before: clocks.start + Duration::from_secs(41),
-            after: clocks.start + Duration::from_secs(44),
-            db: clocks.db_at(43.5),
+            after: clocks.start + Duration::from_millis(41_900),
+            db: clocks.db_at(41.9),
         };
         assert!(reaps_at(watch.observe(slow)).is_some());
         assert!(reaps_at(watch.observe(clocks.at(49.0, 0.0))).is_some());
+    }
+
+    /// A pass that waits for its connection while the database is down is answered once
+    /// it is back: the heartbeats were stopped as long, so the leases that expired
+    /// meanwhile are left to their workers' renewals for a TTL.
+    #[test]
+    fn a_reading_that_waited_out_an_outage_holds_the_reaper_for_one_ttl() {
+        let clocks = Clocks::new();
+        let mut watch = ClockWatch::new(TTL);
+        watch.observe(clocks.at(0.0, 0.0));
+        assert!(reaps_at(watch.observe(clocks.at(31.0, 0.0))).is_some());
+        let waited = Sample {
+            before: clocks.start + Duration::from_secs(36),
+            after: clocks.start + Duration::from_millis(38_600),
+            db: clocks.db_at(38.6),
+        };
+        assert_eq!(watch.observe(waited), ReapPass::Hold);
+        assert_eq!(watch.observe(clocks.at(68.0, 0.0)), ReapPass::Hold);
+        assert!(reaps_at(watch.observe(clocks.at(68.7, 0.0))).is_some());
     }
 
     #[test]
