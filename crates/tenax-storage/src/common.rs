@@ -676,3 +676,21 @@ mod json_tests {
         assert!(tried > 1_000, "only {tried} variants were tried");
     }
 }
+
+/// The `expires_beyond` bound of a reap ([`crate::TaskReapParams`]) as the statement
+/// applies it: its distance from `now`, counted from `statement_now` (the database
+/// clock read in the statement's transaction) when that is later than `now`. A lease
+/// granted after the caller read `now` expires at most a TTL after `statement_now`, so
+/// it is never beyond the bound; a lease granted before a step back expires the step
+/// later than that, and still is.
+pub(crate) fn reap_beyond(
+    now: Option<chrono::DateTime<chrono::Utc>>,
+    expires_beyond: Option<chrono::DateTime<chrono::Utc>>,
+    statement_now: chrono::DateTime<chrono::Utc>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let beyond = expires_beyond?;
+    match now {
+        Some(now) if statement_now > now => Some(beyond + (statement_now - now)),
+        _ => Some(beyond),
+    }
+}

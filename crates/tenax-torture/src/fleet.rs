@@ -161,7 +161,8 @@ impl Fleet {
         let log = std::fs::File::create(s.log_dir.join(format!("worker-{}.log", self.spawned)))?;
         self.spawned += 1;
         let child = command
-            .env("RUST_LOG", "warn")
+            // The reaper's passes too: a finding can then tell who took a lease, and when.
+            .env("RUST_LOG", "warn,tenax_runtime::maintenance=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -271,7 +271,14 @@ impl MySqlStorage {
     pub(super) async fn reap_once(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let beyond = params.expires_beyond.map(storable);
+        let beyond = match params.expires_beyond {
+            Some(_) => {
+                let statement_now = clock(&mut tx, None).await?.and_utc();
+                crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
+                    .map(storable)
+            }
+            None => None,
+        };
         // SKIP LOCKED: a task whose worker is writing its outcome right now is left to
         // that worker.
         let ids: Vec<i64> = sqlx::query_scalar(

@@ -227,6 +227,16 @@ impl PgStorage {
     pub(super) async fn reap_impl(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
         self.timed(async {
             let mut tx = self.begin().await?;
+            let beyond = match params.expires_beyond {
+                Some(_) => {
+                    let statement_now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                    crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
+                }
+                None => None,
+            };
             // The expiry is checked again in the UPDATE's own WHERE (a completion that
             // commits first always wins), and rows another reaper holds are skipped.
             let rows = sqlx::query(&format!(
@@ -251,7 +261,7 @@ impl PgStorage {
             ))
             .bind(params.now)
             .bind(i64::from(params.limit))
-            .bind(params.expires_beyond)
+            .bind(beyond)
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;

@@ -194,6 +194,15 @@ impl SqliteStorage {
     pub(super) async fn reap_impl(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        let beyond = match params.expires_beyond {
+            Some(_) => {
+                let statement_now = clock(&mut tx, None).await?;
+                let statement_now =
+                    chrono::DateTime::from_timestamp_millis(statement_now).unwrap_or_default();
+                crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
+            }
+            None => None,
+        };
         // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
         // on a row it read earlier, so a completion that commits first always wins.
         let rows = sqlx::query(&format!(
@@ -216,7 +225,7 @@ impl SqliteStorage {
         ))
         .bind(now)
         .bind(i64::from(params.limit))
-        .bind(params.expires_beyond.map(|t| t.timestamp_millis()))
+        .bind(beyond.map(|t| t.timestamp_millis()))
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;

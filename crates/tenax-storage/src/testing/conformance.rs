@@ -623,9 +623,10 @@ pub async fn reaper_retries_or_kills_expired_leases(h: &Harness) {
 
 /// After the database clock steps back, a lease granted before the step expires the
 /// step too late. The reaper names such leases with `expires_beyond`; a lease renewed
-/// since the step expires within a TTL and is left alone.
+/// since the step expires within a TTL and is left alone, and so is one granted after
+/// the reaper read the clock (it read it, then waited 5 s for its connection).
 pub async fn reaper_takes_leases_granted_before_a_clock_step_back(h: &Harness) {
-    for task_no in ["BEFORE", "RENEWED"] {
+    for task_no in ["BEFORE", "RENEWED", "AFTER"] {
         h.task(TaskOpts {
             max_attempts: 3,
             task_no: Some(task_no.into()),
@@ -633,8 +634,9 @@ pub async fn reaper_takes_leases_granted_before_a_clock_step_back(h: &Harness) {
         })
         .await;
     }
-    // Leases of 30 s from the database's time.
-    let claimed = h.claim("w1", 2, None).await;
+    // Leases of 30 s, granted while the database's clock was an hour ahead.
+    let ahead = h.storage.now().await.unwrap() + chrono::Duration::hours(1);
+    let claimed = h.claim("w1", 2, Some(ahead)).await;
     assert_eq!(claimed.len(), 2);
     let by_no = |no: &str| {
         claimed
@@ -644,26 +646,29 @@ pub async fn reaper_takes_leases_granted_before_a_clock_step_back(h: &Harness) {
             .clone()
     };
     let (before, renewed) = (by_no("BEFORE"), by_no("RENEWED"));
-    // The clock steps back one hour; one worker renews its lease after the step.
-    let back = h.storage.now().await.unwrap() - chrono::Duration::hours(1);
+    // The clock steps back to the right time. The reaper reads it (5 s before its
+    // statement runs); then one worker renews its lease and another claims a task.
+    let read = h.storage.now().await.unwrap() - chrono::Duration::seconds(5);
     let extended = h
         .storage
         .lease_extend(&LeaseExtendParams {
             leases: vec![lease(&renewed)],
             lease_ttl: Duration::from_secs(30),
-            now: Some(back),
+            now: None,
         })
         .await
         .unwrap();
     assert_eq!(extended, vec![lease(&renewed)]);
-    // By the stepped clock neither lease has expired.
-    assert!(reap(h, Some(back)).await.is_empty());
+    let after = h.claim("w2", 1, None).await.remove(0);
+    assert_eq!(after.task_no.as_str(), "AFTER");
+    // By the stepped clock no lease has expired.
+    assert!(reap(h, Some(read)).await.is_empty());
     let reaped = h
         .storage
         .task_reap_expired(&TaskReapParams {
             limit: 100,
-            now: Some(back),
-            expires_beyond: later(back, 31),
+            now: Some(read),
+            expires_beyond: later(read, 31),
         })
         .await
         .unwrap();
@@ -674,13 +679,9 @@ pub async fn reaper_takes_leases_granted_before_a_clock_step_back(h: &Harness) {
             status: TaskStatus::Retrying,
         }]
     );
-    let still = h
-        .storage
-        .task_get(&TaskRef::Id(renewed.id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(still.status, TaskStatus::Running);
+    for left in [renewed.id, after.id] {
+        assert_eq!(status_of(h, left).await, TaskStatus::Running);
+    }
 }
 
 pub async fn reaper_never_undoes_a_completion(h: &Harness) {
