@@ -6,7 +6,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Subcommand};
 use comfy_table::Table;
 use tenax::storage::{ScheduleRecord, ScheduleUpserted};
-use tenax::{Client, MissedTicks, Schedule};
+use tenax::{Client, CommandDefaults, MissedTicks, Schedule};
 
 use crate::parse_duration;
 
@@ -57,18 +57,19 @@ pub(crate) struct AddArgs {
     #[arg(long, value_name = "N")]
     catch_up: Option<u32>,
     /// Queue of the enqueued tasks.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = CommandDefaults::STANDARD.queue)]
     queue: String,
     /// Priority 0-9 (9 most urgent).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = CommandDefaults::STANDARD.priority)]
     priority: u8,
     /// Attempt budget of each task [default: the `max_attempts` of `[retry."TYPE"]` in
     /// tenax.toml, else 5].
     #[arg(long)]
     max_attempts: Option<u32>,
-    /// Per-attempt timeout of each task.
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
-    timeout: Duration,
+    /// Per-attempt timeout of each task [default: 30m, `CommandDefaults::STANDARD`, as
+    /// for every other way in].
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
 }
 
 fn time(t: Option<DateTime<Utc>>) -> String {
@@ -145,7 +146,7 @@ async fn add(
             args.max_attempts
                 .unwrap_or_else(|| crate::config::max_attempts_of(retry, &args.command_type)),
         )
-        .timeout(args.timeout);
+        .timeout(args.timeout.unwrap_or(CommandDefaults::STANDARD.timeout));
     let (record, change) = client.upsert_schedule(schedule).await?;
     let verb = match change {
         ScheduleUpserted::Created => "added",

@@ -303,8 +303,9 @@ fn config_check_names_the_bad_server_key() {
 }
 
 /// One command type enqueued by every way in (the library's `enqueue_raw`, the HTTP
-/// API, `tenax enqueue` and a schedule created over HTTP) gets the same stored
-/// defaults, those of the one table, `CommandDefaults::STANDARD`.
+/// API, `tenax enqueue`, a schedule created over HTTP and one added by `tenax schedules
+/// add`) gets the same stored defaults, those of the one table,
+/// `CommandDefaults::STANDARD`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_in_stores_the_same_task_defaults() {
     let dir = tempfile::tempdir().unwrap();
@@ -343,6 +344,16 @@ async fn every_way_in_stores_the_same_task_defaults() {
         r#"{"name": "defaults", "command_type": "echo", "every_secs": 1}"#,
     );
     assert_eq!(status, 201, "{body}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["--database-url", &url, "schedules", "add", "by-cli", "echo"])
+        .args(["--every", "1s"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let tasks = loop {
         let tasks = client
@@ -352,10 +363,12 @@ async fn every_way_in_stores_the_same_task_defaults() {
             })
             .await
             .unwrap();
-        if tasks
-            .iter()
-            .any(|t| t.task_no.as_str().starts_with("sched:defaults:"))
-        {
+        let fired = |name: &str| {
+            tasks
+                .iter()
+                .any(|t| t.task_no.as_str().starts_with(&format!("sched:{name}:")))
+        };
+        if fired("defaults") && fired("by-cli") {
             break tasks;
         }
         assert!(Instant::now() < deadline, "the schedule fired no tick");
@@ -387,6 +400,12 @@ async fn every_way_in_stores_the_same_task_defaults() {
             tasks
                 .iter()
                 .find(|t| t.task_no.as_str().starts_with("sched:defaults:")),
+        ),
+        (
+            "a schedule added by the CLI",
+            tasks
+                .iter()
+                .find(|t| t.task_no.as_str().starts_with("sched:by-cli:")),
         ),
     ];
     for (way, task) in ways {
