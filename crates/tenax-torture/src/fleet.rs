@@ -38,14 +38,21 @@ pub struct WorkerSpec {
 }
 
 /// Where libfaketime is, if installed (`TENAX_LIBFAKETIME`, else Debian's path).
+///
+/// The thread-safe build (`libfaketimeMT`, which Debian's package ships beside the
+/// plain one) is the one used: with the offset re-read at every clock call, the plain
+/// build sometimes answers the real time to one thread while another re-reads the file. A threaded
+/// server (MariaDB) then flickers back to the real clock for a statement, a second
+/// after a step: a claim grants a lease already expired by the stepped clock, and the
+/// reaper rightly takes it. No real clock does that, so the harness must not.
 pub fn libfaketime() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("TENAX_LIBFAKETIME") {
         return Some(PathBuf::from(path)).filter(|p| p.is_file());
     }
     [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
     ]
     .iter()
     .map(PathBuf::from)
@@ -162,7 +169,13 @@ impl Fleet {
         self.spawned += 1;
         let child = command
             // The reaper's passes too: a finding can then tell who took a lease, and when.
-            .env("RUST_LOG", "warn,tenax_runtime::maintenance=info")
+            // TENAX_TORTURE_WORKER_LOG replaces the filter (`debug` for every claim and
+            // renewal).
+            .env(
+                "RUST_LOG",
+                std::env::var("TENAX_TORTURE_WORKER_LOG")
+                    .unwrap_or_else(|_| "warn,tenax_runtime::maintenance=info".to_owned()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

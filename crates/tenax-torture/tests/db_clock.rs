@@ -309,3 +309,55 @@ async fn steps_of_the_database_clock_run_nothing_twice_on_mariadb() {
     let db = tokio::task::block_in_place(|| PrivateMariadb::start_with_clock(&clock)).unwrap();
     steps_of_the_database_clock(&db.url(), &clock).await;
 }
+
+/// The harness's own clock: after each step, every connection of a threaded server
+/// reads the stepped time, at every statement. (The plain libfaketime build, re-reading
+/// its offset at each call, answered the real time now and then to one of MariaDB's
+/// threads: a claim then granted a lease already expired by the stepped clock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_of_a_stepped_mariadb_reads_the_stepped_clock() {
+    if !required(
+        tenax_torture::private_mariadb::available(),
+        "no MariaDB server binaries for a private instance",
+    ) || !required(
+        tenax_torture::fleet::libfaketime().is_some(),
+        "libfaketime is not installed (apt-get install faketime)",
+    ) {
+        return;
+    }
+    let clock = DbClock::new().unwrap();
+    let db = tokio::task::block_in_place(|| PrivateMariadb::start_with_clock(&clock)).unwrap();
+    let storage = tenax::storage::connect(&db.url()).await.unwrap();
+    let mut reads = 0usize;
+    let mut wrong = Vec::new();
+    for (offset, secs) in [("+10m", 600i64), ("+0", 0), ("+1h", 3600), ("+0", 0)] {
+        step(&storage, &clock, offset, chrono::TimeDelta::seconds(secs)).await;
+        let until = Instant::now() + Duration::from_millis(1500);
+        let mut readers = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let storage = storage.clone();
+            readers.spawn(async move {
+                let mut seen = Vec::new();
+                while Instant::now() < until {
+                    let db = storage.now().await.unwrap();
+                    seen.push((db - chrono::Utc::now()).num_milliseconds());
+                }
+                seen
+            });
+        }
+        while let Some(seen) = readers.join_next().await {
+            for off in seen.unwrap() {
+                reads += 1;
+                if (off - secs * 1000).abs() > 2000 {
+                    wrong.push((offset, off));
+                }
+            }
+        }
+    }
+    assert!(reads > 1000, "only {reads} reads");
+    assert!(
+        wrong.is_empty(),
+        "{} of {reads} reads were off the stepped clock (step, ms ahead of real time): {wrong:?}",
+        wrong.len()
+    );
+}

@@ -304,6 +304,7 @@ fn round_claimed(
         claimed = tasks.len(),
         limit = round.limit,
         took_us = round.sent.elapsed().as_micros() as u64,
+        ids = ?tasks.iter().map(|t| t.id.0).collect::<Vec<_>>(),
         "claim returned"
     );
     crate::metrics::claimed(&tasks, shared.config.lease_ttl);

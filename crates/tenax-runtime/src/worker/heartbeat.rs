@@ -41,6 +41,12 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken)
             .await;
         match renewed {
             Ok(renewed) => {
+                debug!(
+                    asked = leases.len(),
+                    renewed = renewed.len(),
+                    took_us = sent.elapsed().as_micros() as u64,
+                    "leases renewed"
+                );
                 let deadline = shared.fence_after(sent);
                 {
                     let held = shared.held();
