@@ -237,9 +237,9 @@ pub struct TaskReapParams {
     /// clock watch decides when that holds). `None` reaps expired leases only.
     ///
     /// With `now` given, the bound keeps its distance from `now` but counts from the
-    /// database clock the statement reads, when that is later: a caller that read the clock, then waited
-    /// for a connection, must not take a lease granted meanwhile for one granted before
-    /// the step.
+    /// database clock the statement reads, when that is later: a caller that read the
+    /// clock, then waited for a connection, must not take a lease granted meanwhile for
+    /// one granted before the step.
     pub expires_beyond: Option<DateTime<Utc>>,
 }
 
