@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, NaiveDateTime, SubsecRound, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlExecutor, MySqlPool};
 use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Row, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
@@ -58,6 +58,7 @@ mod alert_state;
 mod audit;
 mod bulk;
 mod claim;
+mod databases;
 mod errors;
 mod events;
 mod insert;
@@ -71,11 +72,16 @@ mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod time;
 mod transactional;
 mod workflows;
 
+#[cfg(feature = "testing")]
+pub use databases::testing_database;
+pub use databases::{recreate_database, url_with_database};
 pub use insert::{enqueue_in, enqueue_many_in};
 use rows::{task_from_row, TASK_COLUMNS};
+use time::{clock, datetime_range, minus, plus, storable, DbTime};
 pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
 
@@ -245,181 +251,6 @@ impl MySqlStorage {
     async fn begin(&self) -> Result<Transaction<'static, MySql>> {
         self.pool.begin().await.map_err(map_err)
     }
-
-    /// Some migrations create triggers (0010: the outbox of callbacks and alerts). With
-    /// binary logging on, that needs the SUPER privilege or
-    /// `log_bin_trust_function_creators = 1`; refuse before migrating (DDL commits as it
-    /// goes, so a failure inside a migration would leave it half applied) with what to
-    /// set.
-    async fn check_trigger_privilege(&self) -> Result<()> {
-        let row = sqlx::query(
-            "SELECT CAST(@@log_bin AS SIGNED) AS log_bin,
-                    CAST(@@log_bin_trust_function_creators AS SIGNED) AS trust",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(map_err)?;
-        let log_bin: i64 = row.try_get("log_bin").map_err(map_err)?;
-        let trust: i64 = row.try_get("trust").map_err(map_err)?;
-        if log_bin == 0 || trust == 1 {
-            return Ok(());
-        }
-        // Nothing to do when every migration that creates a trigger is applied.
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = TRUE")
-                .fetch_all(&self.pool)
-                .await
-                .unwrap_or_default();
-        let pending: Vec<i64> = migrator()
-            .iter()
-            .filter(|m| m.sql.to_ascii_uppercase().contains("CREATE TRIGGER"))
-            .map(|m| m.version)
-            .filter(|v| !applied.contains(v))
-            .collect();
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let grants = sqlx::query("SHOW GRANTS")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let privileged = grants.iter().any(|row| {
-            row.try_get::<Vec<u8>, _>(0)
-                .map(|g| String::from_utf8_lossy(&g).to_ascii_uppercase())
-                .is_ok_and(|g| {
-                    g.contains("ON *.*") && (g.contains("ALL PRIVILEGES") || g.contains("SUPER"))
-                })
-        });
-        if privileged {
-            return Ok(());
-        }
-        Err(StorageError::Migration(
-            format!("migrations {pending:?}") + TRIGGER_PRIVILEGE_HINT,
-        ))
-    }
-}
-
-/// What a user must do to apply a migration that creates a trigger with binary logging
-/// on (the error of `check_trigger_privilege`, after the pending migrations' numbers).
-const TRIGGER_PRIVILEGE_HINT: &str = " create triggers (the outbox of callbacks and alerts, \
-    task events), and with binary logging on that needs the SUPER privilege or \
-    log_bin_trust_function_creators = 1: run `SET GLOBAL log_bin_trust_function_creators = 1` \
-    (and set it in the server's configuration) or migrate once as a user with SUPER";
-
-/// Drop database `name` on the server `server_url` names, if it exists, and create it
-/// empty (for the demo and benchmarks, which want a database of their own).
-pub async fn recreate_database(server_url: &str, name: &str) -> Result<()> {
-    use sqlx::{ConnectOptions, Connection};
-
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(InvalidInput::new("database name", "only letters, digits and _").into());
-    }
-    let mut conn = options_from_url(server_url)?
-        .connect()
-        .await
-        .map_err(map_err)?;
-    for statement in [
-        format!("DROP DATABASE IF EXISTS `{name}`"),
-        format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-    ] {
-        conn.execute(statement.as_str()).await.map_err(map_err)?;
-    }
-    conn.close().await.map_err(map_err)?;
-    Ok(())
-}
-
-/// The same server URL with another database: `scheme://user@host:port/NAME?query`.
-pub fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_end = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[authority_end..].find('/') {
-        Some(slash) => &base[..authority_end + slash],
-        None => base,
-    };
-    match query {
-        Some(query) => format!("{server}/{name}?{query}"),
-        None => format!("{server}/{name}"),
-    }
-}
-
-/// A fresh database `name` on the server `server_url` names, migrated. The URL's own
-/// database is only used to connect for the `CREATE DATABASE`.
-#[cfg(feature = "testing")]
-pub async fn testing_database(server_url: &str, name: &str) -> Result<std::sync::Arc<dyn Storage>> {
-    use sqlx::{ConnectOptions, Connection};
-
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(InvalidInput::new("database name", "only letters, digits and _").into());
-    }
-    let options = options_from_url(server_url)?;
-    let mut conn = options.connect().await.map_err(map_err)?;
-    conn.execute(
-        format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").as_str(),
-    )
-    .await
-    .map_err(map_err)?;
-    conn.close().await.map_err(map_err)?;
-    let storage =
-        MySqlStorage::connect_options(options.database(name), &MySqlConfig::default()).await?;
-    storage.migrate().await?;
-    Ok(std::sync::Arc::new(storage))
-}
-
-/// A time as a `DATETIME(6)` column holds it: UTC wall-clock time, microseconds.
-///
-/// Times are bound as `NaiveDateTime`, which sqlx sends as DATETIME. A `DateTime<Utc>`
-/// parameter is sent as TIMESTAMP, and the server turns a TIMESTAMP parameter past
-/// 2038-01-19 into NULL.
-type DbTime = NaiveDateTime;
-
-/// The range a `DATETIME(6)` holds: 1000-01-01 to 9999-12-31 23:59:59.999999.
-fn datetime_range() -> (DbTime, DbTime) {
-    let min = DateTime::from_timestamp_micros(-30_610_224_000_000_000);
-    let max = DateTime::from_timestamp_micros(253_402_300_799_999_999);
-    (
-        min.map_or(NaiveDateTime::MIN, |t| t.naive_utc()),
-        max.map_or(NaiveDateTime::MAX, |t| t.naive_utc()),
-    )
-}
-
-/// A time as stored: microseconds, within the `DATETIME` range. Times outside it mean
-/// the same thing at its ends ("long ago", "never").
-fn storable(t: DateTime<Utc>) -> DbTime {
-    let (min, max) = datetime_range();
-    t.naive_utc().trunc_subsecs(6).clamp(min, max)
-}
-
-/// `t + d`, saturating at the end of the `DATETIME` range.
-fn plus(t: DbTime, d: Duration) -> DbTime {
-    let (_, max) = datetime_range();
-    TimeDelta::from_std(d.min(crate::MAX_DELAY))
-        .ok()
-        .and_then(|d| t.checked_add_signed(d))
-        .map_or(max, |t| t.min(max))
-}
-
-/// `t - d`, saturating at the start of the `DATETIME` range.
-fn minus(t: DbTime, d: Duration) -> DbTime {
-    let (min, _) = datetime_range();
-    TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_sub_signed(d))
-        .map_or(min, |t| t.max(min))
-}
-
-/// The database clock, or the caller's override, read inside the transaction that
-/// uses it.
-async fn clock(tx: &mut Transaction<'static, MySql>, now: Option<DateTime<Utc>>) -> Result<DbTime> {
-    match now {
-        Some(now) => Ok(storable(now)),
-        None => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(map_err),
-    }
 }
 
 /// Append `(?, ?, ...)` binding `items`; the caller makes sure there is at least one.
@@ -537,44 +368,6 @@ impl MySqlStorage {
             outcomes,
             committed: true,
         })
-    }
-
-    async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
-        let mut tx = self.leases.begin().await.map_err(map_err)?;
-        let now = clock(&mut tx, params.now).await?;
-        // By id only, so the lock is taken through the primary key: a status condition
-        // could lead the optimizer to scan (and wait for) other running tasks.
-        let mut qb =
-            QueryBuilder::new("SELECT id, status, lease_epoch FROM tenax_tasks WHERE id IN ");
-        push_list(&mut qb, params.leases.iter().map(|l| l.id.0));
-        qb.push(" ORDER BY id FOR UPDATE");
-        let rows = qb.build().fetch_all(&mut *tx).await.map_err(map_err)?;
-        let mut held = Vec::new();
-        for row in &rows {
-            let id: i64 = row.try_get("id").map_err(map_err)?;
-            let status: Vec<u8> = row.try_get("status").map_err(map_err)?;
-            let epoch: i64 = row.try_get("lease_epoch").map_err(map_err)?;
-            let lease = Lease {
-                id: TaskId(id),
-                epoch,
-            };
-            if status == TaskStatus::Running.as_str().as_bytes() && params.leases.contains(&lease) {
-                held.push(lease);
-            }
-        }
-        if held.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(Vec::new());
-        }
-        let mut qb = QueryBuilder::new("UPDATE tenax_tasks SET lease_expires_at = ");
-        qb.push_bind(plus(now, params.lease_ttl));
-        qb.push(", updated_at = ");
-        qb.push_bind(now);
-        qb.push(" WHERE status = 'running' AND id IN ");
-        push_list(&mut qb, held.iter().map(|l| l.id.0));
-        qb.build().execute(&mut *tx).await.map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(held)
     }
 }
 

@@ -1,13 +1,15 @@
-//! Runtime support on MariaDB/MySQL: the next run time a worker arms its timer for, the
-//! due backlog of queues, and cancel requests for running tasks.
+//! Runtime support on MariaDB/MySQL: lease renewal (the heartbeat's statement), the next
+//! run time a worker arms its timer for, the due backlog of queues, and cancel requests
+//! for running tasks.
 use chrono::{DateTime, Utc};
-use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
-use tenax_core::TaskId;
+use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
+use tenax_core::{TaskId, TaskStatus};
 
-use super::{datetime_range, map_err, storable, DbTime};
+use super::{clock, datetime_range, map_err, plus, push_list, storable, DbTime, MySqlStorage};
 use crate::error::Result;
 use crate::params::{
-    CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
+    CancelRequestedParams, Lease, LeaseExtendParams, NextRun, QueueBacklog, QueueBacklogParams,
+    TaskNextRunParams,
 };
 
 /// Record a cancel request on a running task (the first request's time is kept).
@@ -193,4 +195,46 @@ pub(super) async fn due_count(
         oldest_due_at: oldest.map(|t| t.and_utc()),
         now: now.and_utc(),
     })
+}
+
+impl MySqlStorage {
+    /// Renew the leases still held (running under the same epoch), in one transaction
+    /// on the heartbeats' own connection; answers the renewed ones.
+    pub(super) async fn lease_extend_once(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
+        let mut tx = self.leases.begin().await.map_err(map_err)?;
+        let now = clock(&mut tx, params.now).await?;
+        // By id only, so the lock is taken through the primary key: a status condition
+        // could lead the optimizer to scan (and wait for) other running tasks.
+        let mut qb =
+            QueryBuilder::new("SELECT id, status, lease_epoch FROM tenax_tasks WHERE id IN ");
+        push_list(&mut qb, params.leases.iter().map(|l| l.id.0));
+        qb.push(" ORDER BY id FOR UPDATE");
+        let rows = qb.build().fetch_all(&mut *tx).await.map_err(map_err)?;
+        let mut held = Vec::new();
+        for row in &rows {
+            let id: i64 = row.try_get("id").map_err(map_err)?;
+            let status: Vec<u8> = row.try_get("status").map_err(map_err)?;
+            let epoch: i64 = row.try_get("lease_epoch").map_err(map_err)?;
+            let lease = Lease {
+                id: TaskId(id),
+                epoch,
+            };
+            if status == TaskStatus::Running.as_str().as_bytes() && params.leases.contains(&lease) {
+                held.push(lease);
+            }
+        }
+        if held.is_empty() {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Vec::new());
+        }
+        let mut qb = QueryBuilder::new("UPDATE tenax_tasks SET lease_expires_at = ");
+        qb.push_bind(plus(now, params.lease_ttl));
+        qb.push(", updated_at = ");
+        qb.push_bind(now);
+        qb.push(" WHERE status = 'running' AND id IN ");
+        push_list(&mut qb, held.iter().map(|l| l.id.0));
+        qb.build().execute(&mut *tx).await.map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(held)
+    }
 }

@@ -22,14 +22,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rand::Rng;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::{Postgres, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::common::{duration_ms, offers_nothing, split_ref, validate_insert};
+use crate::common::{offers_nothing, split_ref, validate_insert};
 use crate::error::{Result, StorageError};
 use crate::flow;
 use crate::outbox::{
@@ -49,9 +48,11 @@ mod audit;
 pub mod bench;
 mod bulk;
 mod claim;
+mod errors;
 mod events;
 mod insert;
 mod keys;
+mod listen;
 mod outbox;
 mod outcomes;
 mod prune;
@@ -64,7 +65,9 @@ mod schedules;
 mod transactional;
 mod workflows;
 
+pub(crate) use errors::map_err;
 pub use insert::{enqueue_in, enqueue_many_in};
+use listen::listen;
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
 pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
@@ -345,88 +348,6 @@ impl PgStorage {
     }
 }
 
-/// Keep a LISTEN connection; every notification (or reconnection) bumps `wake`.
-async fn listen(pool: PgPool, wake: watch::Sender<u64>) {
-    let mut failures = 0u32;
-    loop {
-        let mut listener = match PgListener::connect_with(&pool).await {
-            Ok(listener) => listener,
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                tracing::warn!(error = %e, "wake-up listener cannot connect; workers keep polling");
-                backoff(failures).await;
-                continue;
-            }
-        };
-        if let Err(e) = listener.listen(WAKE_CHANNEL).await {
-            failures = failures.saturating_add(1);
-            tracing::warn!(error = %e, "LISTEN failed; workers keep polling");
-            backoff(failures).await;
-            continue;
-        }
-        // Notifications sent while we were away are lost: look once.
-        if failures > 0 {
-            wake.send_modify(|n| *n = n.wrapping_add(1));
-        }
-        loop {
-            match listener.try_recv().await {
-                Ok(Some(_)) => wake.send_modify(|n| *n = n.wrapping_add(1)),
-                Ok(None) | Err(_) => {
-                    tracing::warn!("wake-up listener lost its connection; reconnecting");
-                    failures = 1;
-                    break;
-                }
-            }
-        }
-        backoff(failures).await;
-    }
-}
-
-async fn backoff(failures: u32) {
-    let ceiling = 100u64.saturating_mul(1 << failures.min(6)).min(5_000);
-    let wait = rand::rng().random_range(ceiling / 2..=ceiling);
-    tokio::time::sleep(Duration::from_millis(wait)).await;
-}
-
-/// Map a sqlx error to the normalised kinds.
-pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
-    match &err {
-        sqlx::Error::Database(db) => {
-            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            // 40001 serialization failure, 40P01 deadlock, 55P03 lock not available,
-            // 57014 statement timeout, 57P0x shutdown / cannot connect now, 08xxx
-            // connection exceptions, 53xxx insufficient resources.
-            // 25006 read-only transaction (a failover in progress).
-            let transient = matches!(
-                code.as_str(),
-                "40001" | "40P01" | "55P03" | "57014" | "25006"
-            ) || code.starts_with("57P")
-                || code.starts_with("08")
-                || code.starts_with("53");
-            if transient {
-                StorageError::Transient(Box::new(err))
-            } else if matches!(code.as_str(), "22021" | "22P05") {
-                // A NUL character in text (22021), or `\u0000` in JSON (22P05):
-                // PostgreSQL stores neither, so the value is invalid input, not a
-                // database failure.
-                StorageError::Invalid(tenax_core::InvalidInput::new(
-                    "text",
-                    "must not contain a NUL character (\\u0000)",
-                ))
-            } else {
-                StorageError::Database(Box::new(err))
-            }
-        }
-        sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::WorkerCrashed => StorageError::Transient(Box::new(err)),
-        _ => StorageError::Database(Box::new(err)),
-    }
-}
-
 const NOW: &str = "COALESCE($1::timestamptz, now())";
 
 /// The caller's override, else the transaction's `now()`, for a transaction whose
@@ -587,32 +508,8 @@ impl Storage for PgStorage {
         if params.leases.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<i64> = params.leases.iter().map(|l| l.id.0).collect();
-        let epochs: Vec<i64> = params.leases.iter().map(|l| l.epoch).collect();
-        self.timed(async {
-            let renewed: Vec<(i64, i64)> = sqlx::query_as(&format!(
-                "UPDATE tenax_tasks t
-                 SET lease_expires_at = {NOW} + $2::float8 * interval '1 millisecond', updated_at = {NOW}
-                 FROM unnest($3::bigint[], $4::bigint[]) AS l(id, epoch)
-                 WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.status = 'running'
-                 RETURNING t.id, t.lease_epoch"
-            ))
-            .bind(params.now)
-            .bind(duration_ms(params.lease_ttl) as f64)
-            .bind(&ids)
-            .bind(&epochs)
-            .fetch_all(&self.leases)
+        self.timed(runtime::lease_extend(&self.leases, params))
             .await
-            .map_err(map_err)?;
-            Ok(renewed
-                .into_iter()
-                .map(|(id, epoch)| Lease {
-                    id: TaskId(id),
-                    epoch,
-                })
-                .collect())
-        })
-        .await
     }
 
     async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
@@ -781,38 +678,7 @@ impl Storage for PgStorage {
     }
 
     async fn stats(&self) -> Result<Stats> {
-        self.timed(async {
-            let rows = sqlx::query(
-                "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
-                 GROUP BY command_type, status ORDER BY command_type, status",
-            )
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-            let mut stats = Stats::default();
-            for row in &rows {
-                let command_type: String = row.try_get("command_type").map_err(map_err)?;
-                let status: String = row.try_get("status").map_err(map_err)?;
-                let status: TaskStatus = status.parse()?;
-                let n = u64::try_from(row.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(0);
-                stats.by_type.push((command_type, status, n));
-                match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
-                    Some((_, total)) => *total += n,
-                    None => stats.by_status.push((status, n)),
-                }
-            }
-            stats.by_status.sort();
-            let oldest_ms: Option<f64> = sqlx::query_scalar(
-                "SELECT EXTRACT(EPOCH FROM (now() - MIN(run_at)))::float8 * 1000 FROM tenax_tasks
-                 WHERE status IN ('pending', 'retrying') AND run_at <= now()",
-            )
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-            stats.oldest_due_age = oldest_ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64));
-            Ok(stats)
-        })
-        .await
+        self.timed(queue_stats::stats(&self.pool)).await
     }
 
     async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {

@@ -1,11 +1,12 @@
-//! [`Storage::queue_stats`](crate::Storage::queue_stats) on PostgreSQL.
+//! [`Storage::queue_stats`](crate::Storage::queue_stats) and
+//! [`Storage::stats`](crate::Storage::stats) on PostgreSQL.
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 use tenax_core::TaskStatus;
 
 use super::map_err;
 use crate::error::Result;
-use crate::params::QueueStats;
+use crate::params::{QueueStats, Stats};
 use crate::queue_stats::{age_from_ms, fold, QueueStatusRow};
 
 /// Counts by queue and status, with each queue's backlog and oldest due age: one
@@ -42,4 +43,37 @@ pub(super) async fn queue_stats(
         });
     }
     Ok(fold(out))
+}
+
+/// Counts by command type and status, and the age of the oldest due task.
+pub(super) async fn stats(pool: &PgPool) -> Result<Stats> {
+    let rows = sqlx::query(
+        "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
+         GROUP BY command_type, status ORDER BY command_type, status",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(map_err)?;
+    let mut stats = Stats::default();
+    for row in &rows {
+        let command_type: String = row.try_get("command_type").map_err(map_err)?;
+        let status: String = row.try_get("status").map_err(map_err)?;
+        let status: TaskStatus = status.parse()?;
+        let n = u64::try_from(row.try_get::<i64, _>("n").map_err(map_err)?).unwrap_or(0);
+        stats.by_type.push((command_type, status, n));
+        match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, total)) => *total += n,
+            None => stats.by_status.push((status, n)),
+        }
+    }
+    stats.by_status.sort();
+    let oldest_ms: Option<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM (now() - MIN(run_at)))::float8 * 1000 FROM tenax_tasks
+         WHERE status IN ('pending', 'retrying') AND run_at <= now()",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(map_err)?;
+    stats.oldest_due_age = oldest_ms.map(|ms| std::time::Duration::from_millis(ms.max(0.0) as u64));
+    Ok(stats)
 }

@@ -1,5 +1,6 @@
-//! Runtime support on PostgreSQL: the next run time a worker arms its timer for, the
-//! due backlog of queues, and cancel requests for running tasks.
+//! Runtime support on PostgreSQL: lease renewal (the heartbeat's statement), the next
+//! run time a worker arms its timer for, the due backlog of queues, and cancel requests
+//! for running tasks.
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 use tenax_core::TaskId;
@@ -8,7 +9,8 @@ use super::{map_err, NOW};
 use crate::common::duration_ms;
 use crate::error::Result;
 use crate::params::{
-    CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
+    CancelRequestedParams, Lease, LeaseExtendParams, NextRun, QueueBacklog, QueueBacklogParams,
+    TaskNextRunParams,
 };
 
 /// Record a cancel request on a running task (the first request's time is kept).
@@ -151,4 +153,32 @@ pub(super) async fn due_count(
         oldest_due_at: oldest,
         now,
     })
+}
+
+/// Renew the leases still held (running under the same epoch) in one statement, on the
+/// heartbeats' own pool; answers the renewed ones.
+pub(super) async fn lease_extend(pool: &PgPool, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
+    let ids: Vec<i64> = params.leases.iter().map(|l| l.id.0).collect();
+    let epochs: Vec<i64> = params.leases.iter().map(|l| l.epoch).collect();
+    let renewed: Vec<(i64, i64)> = sqlx::query_as(&format!(
+        "UPDATE tenax_tasks t
+         SET lease_expires_at = {NOW} + $2::float8 * interval '1 millisecond', updated_at = {NOW}
+         FROM unnest($3::bigint[], $4::bigint[]) AS l(id, epoch)
+         WHERE t.id = l.id AND t.lease_epoch = l.epoch AND t.status = 'running'
+         RETURNING t.id, t.lease_epoch"
+    ))
+    .bind(params.now)
+    .bind(duration_ms(params.lease_ttl) as f64)
+    .bind(&ids)
+    .bind(&epochs)
+    .fetch_all(pool)
+    .await
+    .map_err(map_err)?;
+    Ok(renewed
+        .into_iter()
+        .map(|(id, epoch)| Lease {
+            id: TaskId(id),
+            epoch,
+        })
+        .collect())
 }
