@@ -6,6 +6,12 @@ use tenax::storage::{EventRule, QueueInfo, RateLimit, ScheduleRecord};
 use tenax::{AttemptRecord, TaskRecord};
 use utoipa::{IntoParams, ToSchema};
 
+mod batch;
+mod workflows;
+
+pub use batch::*;
+pub use workflows::*;
+
 /// The error body every failure carries.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"error": {"code": "invalid_input", "field": "priority", "message": "priority: must be 0 to 9, got 12"}}))]
@@ -306,92 +312,6 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys {
         }
         Ok(Value::Object(object))
     }
-}
-
-/// Several tasks to enqueue in one request, in one transaction. Each task gets its own
-/// outcome; with `atomic`, either every task is enqueued or none is.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"tasks": [{"command_type": "echo", "payload": {"n": 1}}, {"command_type": "echo", "payload": {"n": 2}, "task_no": "n-2"}]}))]
-pub struct BatchRequest {
-    /// The tasks, 1 to `batch_max` (default 1,000).
-    pub tasks: Vec<EnqueueRequest>,
-    /// All or nothing (default `false`). With `true`, a task that would not be enqueued
-    /// (invalid, refused, conflicting, its queue full) refuses the whole batch: nothing
-    /// is written and the answer is 422 `batch_refused`, naming each such task. A
-    /// repeat of an existing task (same `task_no`, type and payload) is not a failure:
-    /// it answers 200 with that task, so an atomic batch can be sent again safely.
-    #[serde(default)]
-    pub atomic: bool,
-}
-
-/// One task's outcome in a batch.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct BatchItem {
-    /// Position in the request.
-    pub index: usize,
-    /// The status a single enqueue would have answered (201, 200, 409, 413, 422, 429).
-    pub status: u16,
-    /// The task, when stored or found.
-    pub task: Option<TaskView>,
-    /// The error, otherwise.
-    pub error: Option<ErrorDetail>,
-}
-
-/// Outcomes of a batch, in request order.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"results": [{"index": 0, "status": 422, "task": null, "error": {"code": "unknown_command_type", "message": "command type \"nope\" is not accepted by this server"}}]}))]
-pub struct BatchResponse {
-    /// One per requested task.
-    pub results: Vec<BatchItem>,
-}
-
-/// The 422 of a batch that enqueued nothing: the error shape, with the tasks at fault
-/// when an atomic batch was refused for them.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"error": {
-    "code": "batch_refused", "field": "tasks",
-    "message": "1 of 3 tasks cannot be enqueued; nothing was enqueued",
-    "items": [{"index": 2, "status": 422, "code": "invalid_input", "field": "tasks[2].priority", "message": "priority: must be 0 to 9, got 12"}]
-}}))]
-pub struct BatchRefusedBody {
-    /// The error: code `batch_refused`, field `tasks`.
-    pub error: BatchRefused,
-}
-
-/// Why a batch enqueued nothing: the error shape of every answer, with `items` when the
-/// code is `batch_refused`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct BatchRefused {
-    /// `batch_refused` (an atomic batch with a task that cannot be enqueued), or the
-    /// code of a refusal of the request as a whole (`invalid_input` for no tasks or
-    /// more than `batch_max`).
-    pub code: String,
-    /// `tasks`, or the request field at fault.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// What went wrong, for people.
-    pub message: String,
-    /// With `batch_refused`: each task that cannot be enqueued, in request order (the
-    /// others could have been). Absent otherwise.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub items: Vec<BatchItemError>,
-}
-
-/// One task of a refused atomic batch: where it is and what is wrong with it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct BatchItemError {
-    /// Position in the request.
-    pub index: usize,
-    /// The status a single enqueue of this task would have answered (409, 413, 422,
-    /// 429). A 429 (its queue is full) may pass later.
-    pub status: u16,
-    /// Stable snake_case code, as for a single enqueue.
-    pub code: String,
-    /// The request field at fault: `tasks[3]` or a field under it (`tasks[3].priority`).
-    pub field: String,
-    /// What went wrong.
-    pub message: String,
 }
 
 /// A page of tasks, newest first.
@@ -843,101 +763,4 @@ pub struct AuditPage {
     pub entries: Vec<AuditView>,
     /// Pass as `cursor` for the next page; `null` on the last page.
     pub next_cursor: Option<String>,
-}
-
-/// One task of a workflow to enqueue.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WorkflowTaskRequest {
-    /// Its name in the workflow, unique in it (1 to 100 bytes).
-    pub key: String,
-    /// The keys of the tasks it waits for (DAG only; a saga's steps are a chain).
-    #[serde(default)]
-    pub after: Vec<String>,
-    /// The task, as for `POST /v1/tasks`.
-    pub task: EnqueueRequest,
-}
-
-/// A workflow to enqueue: a DAG of tasks, or a saga whose steps run in order and are
-/// compensated in reverse order when one dies.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"name": "order 7", "kind": "dag", "tasks": [
-    {"key": "lock", "task": {"command_type": "echo", "payload": {"step": "lock"}}},
-    {"key": "pay", "after": ["lock"], "task": {"command_type": "echo", "payload": {"step": "pay"}}}
-]}))]
-pub struct WorkflowRequest {
-    /// A name for people (1 to 100 bytes).
-    pub name: String,
-    /// `dag` (default) or `saga`.
-    pub kind: Option<String>,
-    /// What a task that dies or is cancelled does to its dependents:
-    /// `cancel_dependents` (default) or `run_anyway`.
-    pub policy: Option<String>,
-    /// The tasks, at most `batch_max` (default 1,000).
-    pub tasks: Vec<WorkflowTaskRequest>,
-}
-
-/// A workflow and where it stands.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct WorkflowView {
-    /// Its id.
-    pub id: i64,
-    /// Its name.
-    pub name: String,
-    /// `dag` or `saga`.
-    pub kind: String,
-    /// `cancel_dependents` or `run_anyway`.
-    pub policy: String,
-    /// `running`, `succeeded`, `failed`, `compensating`, `completed`, `compensated` or
-    /// `compensation_failed`.
-    pub state: String,
-    /// Its number of tasks.
-    pub tasks: u64,
-    /// Its tasks by status.
-    pub by_status: Vec<StatusCount>,
-    /// Enqueued (UTC).
-    pub created_at: DateTime<Utc>,
-    /// Finished (UTC).
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
-/// A task of a workflow, with the keys of its parents.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct WorkflowTaskView {
-    /// Its key in the workflow.
-    pub key: String,
-    /// The keys of the tasks it waits for.
-    pub parents: Vec<String>,
-    /// The task.
-    pub task: TaskView,
-}
-
-/// A workflow with its tasks.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct WorkflowDetailView {
-    /// The workflow.
-    pub workflow: WorkflowView,
-    /// Its tasks, in the order they were given.
-    pub tasks: Vec<WorkflowTaskView>,
-}
-
-/// A page of workflows, newest first.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct WorkflowPage {
-    /// The workflows.
-    pub workflows: Vec<WorkflowView>,
-    /// Pass as `cursor` for the next page; `null` on the last page.
-    pub next_cursor: Option<String>,
-}
-
-/// Paging of `GET /v1/workflows`.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct WorkflowListQuery {
-    /// Page size, 1 to 500 (default 50).
-    pub limit: Option<u32>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
 }
