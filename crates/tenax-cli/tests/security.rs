@@ -2153,7 +2153,7 @@ fn battery_sql_text_is_never_formatted_from_input() {
         ("mysql/claim.rs", "status"),          // one of the CLAIMABLE constants
         ("mysql/actions.rs", "status"),        // one of the FINISHED constants
         ("mysql/mod.rs", "lock_wait_secs"),    // an integer from the configuration
-        ("mysql/mod.rs", "name"),              // database name checked to [A-Za-z0-9_]
+        ("mysql/databases.rs", "name"),        // database name checked to [A-Za-z0-9_]
         ("mysql/mod.rs", "lock"),              // Lock::clause(), a constant
         ("mysql/mod.rs", "columns"),           // list_columns: constants and an integer
         ("mysql/rates.rs", ""),                // marks(n): "?, ?, ..."
