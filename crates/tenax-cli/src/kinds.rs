@@ -1,18 +1,13 @@
 //! The built-in kinds that need no Rust code (`http`, `exec`) and outbound delivery
 //! (completion callbacks, death alerts), as `tenax.toml` configures them for
 //! `tenax worker` and `tenax serve`.
-use std::sync::Arc;
 
 use tenax::Registry;
-use tenax_kinds::alerts::{BacklogAlerter, DeathAlerter};
-use tenax_kinds::callbacks::CallbackSender;
-use tenax_kinds::events::{EventsConfig, Sequencer};
+use tenax_kinds::events::EventsConfig;
 use tenax_kinds::events_rabbitmq::RabbitMqConfig;
 use tenax_kinds::exec::ExecKind;
 use tenax_kinds::http::HttpKind;
-use tenax_kinds::{AlertsConfig, CallbacksConfig, ExecConfig, HttpConfig};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use tenax_kinds::{AlertsConfig, CallbacksConfig, Deliveries, ExecConfig, HttpConfig};
 
 use crate::config::FileConfig;
 
@@ -57,19 +52,8 @@ impl Kinds {
         };
         kinds.http.validate()?;
         kinds.exec.validate()?;
-        kinds.callbacks.validate()?;
-        kinds.alerts.validate()?;
-        kinds.events.validate()?;
-        #[cfg(not(feature = "nats"))]
-        if kinds.events.nats.is_some() {
-            anyhow::bail!("events.nats: this build has no NATS support (cargo feature `nats`)");
-        }
-        #[cfg(not(feature = "rabbitmq"))]
-        if kinds.events.rabbitmq.is_some() {
-            anyhow::bail!(
-                "events.rabbitmq: this build has no RabbitMQ support (cargo feature `rabbitmq`)"
-            );
-        }
+        // The senders' tables, and the brokers this build can reach.
+        kinds.deliveries()?;
         Ok(kinds)
     }
 
@@ -116,103 +100,18 @@ impl Kinds {
         Ok(())
     }
 
-    /// Start the configured senders, and the outbox pruner where the task pruner runs;
-    /// they stop when `shutdown` is cancelled.
-    pub(crate) fn spawn_senders(
-        &self,
-        storage: &Arc<dyn tenax::storage::Storage>,
-        worker: &tenax::WorkerConfig,
-        shutdown: &CancellationToken,
-    ) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let mut senders = vec![self.spawn_sequencer(storage, shutdown)];
-        if worker.pruner {
-            senders.push(tokio::spawn(tenax_kinds::outbox_prune_loop(
-                storage.clone(),
-                worker.retention,
-                worker.pruner_interval,
-                shutdown.clone(),
-            )));
-        }
-        if self.callbacks.enabled() {
-            let sender = CallbackSender::new(storage.clone(), self.callbacks.clone())?;
-            senders.push(tokio::spawn(sender.run(shutdown.clone())));
-            tracing::info!(hosts = ?self.callbacks.allow_hosts, "delivering completion callbacks");
-        }
-        if let Some(alerter) = DeathAlerter::new(storage.clone(), self.alerts.clone(), None)? {
-            senders.push(tokio::spawn(alerter.run(shutdown.clone())));
-            tracing::info!("sending death alerts");
-        }
-        if let Some(alerter) = BacklogAlerter::new(storage.clone(), self.alerts.clone())? {
-            senders.push(tokio::spawn(alerter.run(shutdown.clone())));
-            tracing::info!(queues = ?self.alerts.queues.keys().collect::<Vec<_>>(), "checking queue thresholds");
-        }
-        Ok(senders)
+    /// The configured senders, to run beside the worker (or alone, under
+    /// `tenax serve --no-workers`, where only the event sequencer runs).
+    pub(crate) fn deliveries(&self) -> anyhow::Result<Deliveries> {
+        Ok(Deliveries::new()
+            .with_callbacks(self.callbacks.clone())?
+            .with_alerts(self.alerts.clone())?
+            .with_events(self.events.clone())?)
     }
-}
 
-impl Kinds {
-    /// Start this node's event sequencer (it works while it holds the database lease,
-    /// and stands by otherwise); it stops when `shutdown` is cancelled.
-    pub(crate) fn spawn_sequencer(
-        &self,
-        storage: &Arc<dyn tenax::storage::Storage>,
-        shutdown: &CancellationToken,
-    ) -> JoinHandle<()> {
-        let holder = format!(
-            "{}-{}-{:08x}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "node".to_owned()),
-            std::process::id(),
-            rand::random::<u32>()
-        );
-        #[cfg(feature = "nats")]
-        let relay = self.events.nats.clone().map(|nats| {
-            tracing::info!(url = %nats.url, stream = %nats.stream, "relaying task events to NATS");
-            let relay = tenax_kinds::events_nats::NatsRelay::new(
-                storage.clone(),
-                holder.clone(),
-                self.events.clone(),
-                nats,
-            );
-            tokio::spawn(relay.run(shutdown.clone()))
-        });
-        #[cfg(feature = "rabbitmq")]
-        let rabbitmq_relay = self.events.rabbitmq.clone().map(|rabbit| {
-            tracing::info!(
-                url = %rabbit.redacted_url(),
-                exchange = %rabbit.exchange,
-                queue = ?rabbit.queue,
-                "relaying task events to RabbitMQ"
-            );
-            let relay = tenax_kinds::events_rabbitmq::RabbitMqRelay::new(
-                storage.clone(),
-                holder.clone(),
-                self.events.clone(),
-                rabbit,
-            );
-            tokio::spawn(relay.run(shutdown.clone()))
-        });
-        let sequencer = Sequencer::new(
-            storage.clone(),
-            holder,
-            self.events.clone(),
-            self.events.relays(),
-        );
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            sequencer.run(shutdown).await;
-            #[cfg(feature = "nats")]
-            if let Some(relay) = relay {
-                if let Err(e) = relay.await {
-                    tracing::warn!(error = %e, "the NATS relay stopped abnormally");
-                }
-            }
-            #[cfg(feature = "rabbitmq")]
-            if let Some(relay) = rabbitmq_relay {
-                if let Err(e) = relay.await {
-                    tracing::warn!(error = %e, "the RabbitMQ relay stopped abnormally");
-                }
-            }
-        })
+    /// The event sequencer and relays alone, for a node that runs no worker.
+    pub(crate) fn deliveries_of_events(&self) -> anyhow::Result<Deliveries> {
+        Ok(Deliveries::new().with_events(self.events.clone())?)
     }
 }
 

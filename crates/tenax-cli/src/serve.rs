@@ -130,7 +130,11 @@ pub(crate) async fn run(
     let mut api = tokio::spawn(tenax_server::serve(listener, state, shutdown.clone()));
     if args.no_workers {
         // The stream needs positions given somewhere: this node takes part in that.
-        let sequencer = kinds.spawn_sequencer(&storage, &shutdown);
+        let sequencer = tokio::spawn(
+            kinds
+                .deliveries_of_events()?
+                .run_until(storage.clone(), shutdown.clone()),
+        );
         let served = api.await;
         shutdown.cancel();
         let _ = sequencer.await;

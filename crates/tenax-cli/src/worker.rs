@@ -260,18 +260,15 @@ pub(crate) async fn run_on(
     let mut registry = args.bank.registry_of(&args.commands)?;
     kinds.register(&mut registry)?;
     kinds.apply_retry(&mut registry)?;
-    let senders = kinds.spawn_senders(&storage, &config, &shutdown)?;
-    let mut worker = Worker::new(storage, registry, config)?;
+    let deliveries = kinds.deliveries()?;
+    let mut worker =
+        Worker::new(storage, registry, config)?.with_service(std::sync::Arc::new(deliveries));
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }
-    let ran = worker.run(shutdown.clone()).await;
+    // The senders run beside the worker and stop after its last outcome is written.
+    let ran = worker.run(shutdown).await;
     sampler.cancel();
-    // The senders stop with the same token; wait for their last attempt to settle.
-    shutdown.cancel();
-    for sender in senders {
-        let _ = sender.await;
-    }
     ran?;
     Ok(())
 }

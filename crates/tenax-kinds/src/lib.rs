@@ -13,12 +13,16 @@
 //!   database lease, and prunes delivered events.
 //! - [`events_nats`] and [`events_rabbitmq`]: the relays that publish task events to
 //!   NATS JetStream and RabbitMQ (cargo features `nats` and `rabbitmq`).
+//! - [`Deliveries`]: all of the senders above, configured once and run beside a
+//!   worker ([`tenax_runtime::Worker::with_service`]); `tenax worker` and `tenax serve`
+//!   run theirs this way.
 #![forbid(unsafe_code)]
 
 pub mod alerts;
 pub mod callbacks;
 pub mod config;
 mod deliver;
+mod deliveries;
 pub mod events;
 pub mod events_nats;
 pub mod events_rabbitmq;
@@ -30,30 +34,4 @@ pub use config::{
     AlertsConfig, CallbacksConfig, ConfigError, ExecConfig, HttpCompensate, HttpConfig, HttpTarget,
 };
 pub use deliver::{client, install_tls_provider};
-
-/// Delete settled outbox rows older than `retention`, and pending ones no sender took
-/// within it, every `interval` until `shutdown` (run it next to the task pruner).
-pub async fn outbox_prune_loop(
-    storage: std::sync::Arc<dyn tenax_storage::Storage>,
-    retention: std::time::Duration,
-    interval: std::time::Duration,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    loop {
-        let pruned = storage
-            .outbox_prune(&tenax_storage::OutboxPruneParams {
-                older_than: retention,
-                now: None,
-            })
-            .await;
-        match pruned {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(rows = n, "pruned the outbox"),
-            Err(e) => tracing::warn!(error = %e, "pruning the outbox failed; retrying"),
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
-        }
-    }
-}
+pub use deliveries::Deliveries;

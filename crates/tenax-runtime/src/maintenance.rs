@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use rand::Rng;
-use tenax_storage::{SidePruneParams, Storage, TaskPruneParams, TaskReapParams};
+use tenax_storage::{OutboxPruneParams, SidePruneParams, Storage, TaskPruneParams, TaskReapParams};
 use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -257,7 +257,8 @@ fn chrono_duration(d: Duration) -> chrono::TimeDelta {
 
 /// Delete finished tasks older than the retention, in bounded batches, then what they
 /// leave behind (dependency rows, workflows, concurrency keys) and audit entries older
-/// than the audit retention, likewise.
+/// than the audit retention, likewise; then outbox rows settled, or left unsent, for
+/// longer than the retention.
 pub(crate) async fn pruner_loop(
     storage: Arc<dyn Storage>,
     config: WorkerConfig,
@@ -266,6 +267,21 @@ pub(crate) async fn pruner_loop(
     while jittered(config.pruner_interval, &stop).await {
         prune_tasks(storage.as_ref(), &config, &stop).await;
         prune_side_tables(storage.as_ref(), &config, &stop).await;
+        prune_outbox(storage.as_ref(), &config).await;
+    }
+}
+
+/// The outbox is pruned here, by every worker that prunes, so that a process running
+/// no sender (a library worker without deliveries) still bounds it.
+async fn prune_outbox(storage: &dyn Storage, config: &WorkerConfig) {
+    let params = OutboxPruneParams {
+        older_than: config.retention,
+        now: None,
+    };
+    match storage.outbox_prune(&params).await {
+        Ok(0) => {}
+        Ok(n) => info!(rows = n, "pruned the outbox"),
+        Err(e) => warn!(error = %e, "outbox pruner pass failed"),
     }
 }
 

@@ -48,9 +48,23 @@ pub use tenax_core::{
 };
 pub use tenax_core::{schedule, Cadence, MissedTicks, Schedule, ScheduleDef};
 pub use tenax_runtime::{
-    BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Tz, Worker, WorkerConfig,
-    Workflow,
+    BackgroundQueue, Client, ConfigError, Enqueue, Error, OffPeak, Service, Tz, Worker,
+    WorkerConfig, Workflow,
 };
+
+/// Every outbound delivery, run beside a worker with [`Worker::with_service`]:
+/// completion callbacks, death and backlog alerts, and the event sequencer with its
+/// relays (feature `deliveries`; `nats` and `rabbitmq` add the relays).
+#[cfg(feature = "deliveries")]
+pub use tenax_kinds::Deliveries;
+
+/// The built-in `http` and `exec` kinds and the settings of every delivery
+/// ([`kinds::CallbacksConfig`], [`kinds::AlertsConfig`],
+/// [`kinds::events::EventsConfig`]); feature `deliveries`.
+#[cfg(feature = "deliveries")]
+pub mod kinds {
+    pub use tenax_kinds::*;
+}
 pub use tenax_storage::{
     TaskInsertOutcome, WorkflowDetail, WorkflowId, WorkflowPolicy, WorkflowRecord, WorkflowState,
 };

@@ -34,6 +34,8 @@
 //! - **reaper** and **pruner** (optional): see [`crate::maintenance`].
 //! - **scheduler** (optional): declares the worker's schedules, then fires due ticks;
 //!   see [`crate::scheduler`].
+//! - **services** ([`Worker::with_service`]): callbacks, alerts, the event sequencer or
+//!   an application's own; stopped with the background loops, after the completer.
 //!
 //! Self-fencing: each attempt holds a deadline on the local monotonic clock, the
 //! instant its last successful renewal was *sent* plus the lease TTL minus the fence
@@ -172,6 +174,8 @@ pub struct Worker {
     shared: Arc<Shared>,
     /// Declared with [`Worker::with_schedule`] (`crate::scheduler`).
     pub(crate) schedules: Vec<tenax_core::ScheduleDef>,
+    /// Started with the worker and stopped after it ([`Worker::with_service`]).
+    services: Vec<Arc<dyn crate::Service>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -226,6 +230,7 @@ impl Worker {
                 outcomes: Arc::new(Semaphore::new(config_outcomes)),
             }),
             schedules: Vec::new(),
+            services: Vec::new(),
         })
     }
 
@@ -234,6 +239,13 @@ impl Worker {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.hooks.push(hook);
         }
+        self
+    }
+
+    /// Run `service` beside this worker: it starts with [`Worker::run`] and is stopped
+    /// after the last task's outcome is committed (see [`crate::Service`]).
+    pub fn with_service(mut self, service: Arc<dyn crate::Service>) -> Self {
+        self.services.push(service);
         self
     }
 
@@ -246,7 +258,11 @@ impl Worker {
     /// for up to the shutdown grace, cancel the rest and hand them back (retry now).
     /// Returns when every executor has finished.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
-        let Worker { shared, schedules } = self;
+        let Worker {
+            shared,
+            schedules,
+            services: companions,
+        } = self;
         info!(worker = %shared.id, commands = ?shared.registry, queues = ?shared.config.queues, "worker started");
         let background = CancellationToken::new();
         let mut services = JoinSet::new();
@@ -274,6 +290,10 @@ impl Worker {
             shared.config.missed_tick_grace,
             background.clone(),
         ));
+        for service in companions {
+            info!(worker = %shared.id, service = service.name(), "service started");
+            services.spawn(service.run(shared.storage.clone(), background.clone()));
+        }
 
         let mut executors = JoinSet::new();
         crate::metrics::worker_started(shared.config.concurrency);
