@@ -576,3 +576,98 @@ fn metrics_behind_a_token_answer_only_a_reader() {
     assert!(!out.status.success());
     assert!(stderr.contains("worker.metrics_require_token"), "{stderr}");
 }
+
+/// A deployment without `[alerts]`: a task dies, the worker's sampler reports the
+/// outbox, and `TenaxDeliveriesStuck` must stay quiet. The gauge the real worker
+/// reported after the death is replayed to promtool for 30 minutes, growing by a
+/// minute each minute if any row was waiting (as an unsent row's age does), so the
+/// rule is judged on what Tenax itself exports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_death_without_alerts_configured_keeps_deliveries_stuck_quiet_for_30_minutes() {
+    if !have("promtool") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let client = Client::connect(&url).await.unwrap();
+    // Refused by the bank: dead at its first attempt.
+    enqueue_accounts(&client, "DOOMED", 1, 1).await;
+    let metrics_addr = free_addr();
+    let _worker = Running(
+        worker(
+            &url,
+            &[
+                "--metrics-addr",
+                &metrics_addr.to_string(),
+                "--metrics-sample-interval",
+                "100ms",
+            ],
+        )
+        .env("TENAX_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tenax worker"),
+    );
+    let task = tenax::storage::TaskRef::No(tenax::TaskNo::new("DOOMED-0").unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let record = client.get(&task).await.unwrap();
+        if record.is_some_and(|r| r.status == tenax::TaskStatus::Dead) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task did not die within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A sample taken after the death: its timestamp moves past the moment seen.
+    let sample_time = |text: &str| gauge(text, "tenax_sampler_last_success_timestamp_seconds", "");
+    let died_by = wait_for("a sample", Duration::from_secs(30), || {
+        http_get(metrics_addr, "/metrics").and_then(|t| sample_time(&t))
+    });
+    let text = wait_for("a sample after the death", Duration::from_secs(30), || {
+        http_get(metrics_addr, "/metrics")
+            .filter(|t| sample_time(t).is_some_and(|s| s > died_by + 0.15))
+    });
+    let pending = gauge(&text, "tenax_outbox_pending", "{kind=\"death\"}").expect("pending gauge");
+    let age = gauge(
+        &text,
+        "tenax_outbox_oldest_pending_age_seconds",
+        "{kind=\"death\"}",
+    )
+    .expect("age gauge");
+    eprintln!("after the death: pending {pending}, oldest age {age} s");
+    let growth = if pending > 0.0 { 60 } else { 0 };
+    let test = dir.path().join("no-alerts.test.yml");
+    std::fs::write(
+        &test,
+        format!(
+            "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      \
+             - series: 'tenax_outbox_oldest_pending_age_seconds{{kind=\"death\"}}'\n        values: '{}+{growth}x30'\n    \
+             alert_rule_test:\n      - eval_time: 30m\n        alertname: TenaxDeliveriesStuck\n        exp_alerts: []\n",
+            repo_file("deploy/prometheus/tenax-rules.yml").display(),
+            age.round()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&test)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "TenaxDeliveriesStuck fired without alerts configured (pending {pending}, age {age}):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The value of a gauge line `name{labels} value` in a Prometheus text page.
+fn gauge(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{labels} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}

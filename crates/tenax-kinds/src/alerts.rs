@@ -61,7 +61,9 @@ impl DeathAlerter {
     /// that [`BacklogAlerter`] writes to the outbox. A storage error is logged and
     /// retried.
     pub async fn run(self, shutdown: CancellationToken) {
+        let mut presence = deliver::Presence::new(vec![OutboxKind::Death, OutboxKind::Alert]);
         loop {
+            presence.renew(self.storage.as_ref()).await;
             let sent_alerts = match self.deliver_queue_alerts().await {
                 Ok(n) => n > 0,
                 Err(e) => {

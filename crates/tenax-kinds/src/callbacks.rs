@@ -49,7 +49,9 @@ impl CallbackSender {
     /// Deliver until `shutdown`, looking for due callbacks every poll interval when
     /// idle. A storage error is logged and retried at the next poll.
     pub async fn run(self, shutdown: CancellationToken) {
+        let mut presence = deliver::Presence::new(vec![OutboxKind::Callback]);
         loop {
+            presence.renew(self.storage.as_ref()).await;
             let busy = match self.deliver_due().await {
                 Ok(n) => n > 0,
                 Err(e) => {

@@ -1,10 +1,12 @@
 //! What callbacks and alerts share: the HTTP client, the retry delay, and one signed
 //! POST with its outcome.
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::StatusCode;
+
+use tenax_storage::{OutboxKind, OutboxSendersParams, Storage, OUTBOX_SENDER_REFRESH};
 
 use crate::sign;
 
@@ -121,6 +123,52 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// A sender's record that it runs ([`Storage::outbox_senders_seen`]), renewed every
+/// [`OUTBOX_SENDER_REFRESH`]: a `death` row is written only while a death sender is
+/// recorded, and only recorded kinds count as deliveries waiting.
+pub(crate) struct Presence {
+    kinds: Vec<OutboxKind>,
+    recorded: Option<Instant>,
+}
+
+impl Presence {
+    pub(crate) fn new(kinds: Vec<OutboxKind>) -> Self {
+        Self {
+            kinds,
+            recorded: None,
+        }
+    }
+
+    /// Record the kinds if the last record is older than the refresh interval; a
+    /// failure is logged and tried again on the next call.
+    pub(crate) async fn renew(&mut self, storage: &dyn Storage) {
+        if self
+            .recorded
+            .is_some_and(|at| at.elapsed() < OUTBOX_SENDER_REFRESH)
+        {
+            return;
+        }
+        if let Err(e) = record_senders(storage, &self.kinds).await {
+            tracing::warn!(error = %e, kinds = ?self.kinds, "recording this sender failed; retrying");
+            return;
+        }
+        self.recorded = Some(Instant::now());
+    }
+}
+
+/// Record once that a sender of `kinds` runs.
+pub(crate) async fn record_senders(
+    storage: &dyn Storage,
+    kinds: &[OutboxKind],
+) -> Result<(), tenax_storage::StorageError> {
+    storage
+        .outbox_senders_seen(&OutboxSendersParams {
+            kinds: kinds.to_vec(),
+            now: None,
+        })
+        .await
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tenax_storage::Storage;
+use tenax_storage::{OutboxKind, Storage};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -105,6 +105,18 @@ impl Deliveries {
         }
         self.events = events;
         Ok(self)
+    }
+
+    /// The outbox kinds this process sends.
+    pub fn kinds(&self) -> Vec<OutboxKind> {
+        let mut kinds = Vec::new();
+        if self.callbacks.enabled() {
+            kinds.push(OutboxKind::Callback);
+        }
+        if self.alerts.webhook_url.is_some() {
+            kinds.extend([OutboxKind::Death, OutboxKind::Alert]);
+        }
+        kinds
     }
 
     /// Run every configured sender until `stop`, and wait for each to settle its last
@@ -191,6 +203,18 @@ impl Deliveries {
 impl tenax_runtime::Service for Deliveries {
     fn name(&self) -> &str {
         "deliveries"
+    }
+
+    fn ready(&self, storage: Arc<dyn Storage>) -> BoxFuture<'static, ()> {
+        let kinds = self.kinds();
+        Box::pin(async move {
+            if kinds.is_empty() {
+                return;
+            }
+            if let Err(e) = crate::deliver::record_senders(storage.as_ref(), &kinds).await {
+                tracing::warn!(error = %e, ?kinds, "recording the senders before the first claim failed; they record themselves when they start");
+            }
+        })
     }
 
     fn run(

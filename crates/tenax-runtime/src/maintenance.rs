@@ -276,6 +276,7 @@ pub(crate) async fn pruner_loop(
 async fn prune_outbox(storage: &dyn Storage, config: &WorkerConfig) {
     let params = OutboxPruneParams {
         older_than: config.retention,
+        sender_grace: tenax_storage::OUTBOX_SENDER_GRACE,
         now: None,
     };
     match storage.outbox_prune(&params).await {

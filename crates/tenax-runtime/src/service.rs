@@ -2,8 +2,9 @@
 //! and backlog alerts, the event sequencer and its relays (`tenax-kinds` provides
 //! them as `Deliveries`), or an application's own.
 //!
-//! A service is started by [`Worker::run`](crate::Worker::run) after the worker's own
-//! background loops, and stopped after the worker's last task has finished and its
+//! A service is made ready ([`Service::ready`]) before the worker's first claim,
+//! started by [`Worker::run`](crate::Worker::run) after the worker's own background
+//! loops, and stopped after the worker's last task has finished and its
 //! outcome is committed, so what those last outcomes cause (a callback, an alert) is
 //! still sent before `run` returns.
 use std::sync::Arc;
@@ -16,6 +17,14 @@ use tokio_util::sync::CancellationToken;
 pub trait Service: Send + Sync + 'static {
     /// A short name for the logs.
     fn name(&self) -> &str;
+
+    /// What must hold before the worker claims its first task (the delivery senders
+    /// record themselves, so that a task that dies at once is alerted). Awaited by
+    /// [`Worker::run`](crate::Worker::run); the default does nothing. A failure is
+    /// the service's to log: the worker starts anyway.
+    fn ready(&self, _storage: Arc<dyn Storage>) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 
     /// Work on `storage` until `stop` is cancelled, then return. A failure is the
     /// service's to log and retry: nothing it returns stops the worker.

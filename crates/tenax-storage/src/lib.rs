@@ -72,8 +72,9 @@ pub use events::{
 };
 pub use outbox::{
     OutboxClaim, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome, OutboxPruneParams,
-    OutboxRecord, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
-    CALLBACK_URL_MAX_BYTES, OUTBOX_BATCH_MAX, OUTBOX_ERROR_MAX_BYTES,
+    OutboxRecord, OutboxSendersParams, OutboxSettleParams, OutboxStat, OutboxStatsParams,
+    OutboxStatus, CALLBACK_URL_MAX_BYTES, OUTBOX_BATCH_MAX, OUTBOX_ERROR_MAX_BYTES,
+    OUTBOX_SENDER_GRACE, OUTBOX_SENDER_REFRESH,
 };
 pub use params::*;
 pub use prune::{SidePruneParams, SidePruned};
@@ -347,6 +348,11 @@ pub trait Storage: Send + Sync + 'static {
     /// example death rows where no alert webhook is configured); returns how many.
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64>;
 
+    /// Record that a sender of these kinds runs, at the database clock: a `death`
+    /// row is written only while a `death` sender is recorded, and only the kinds
+    /// recorded are counted by [`Storage::outbox_stats`]. See [`outbox`].
+    async fn outbox_senders_seen(&self, params: &OutboxSendersParams) -> Result<()>;
+
     /// Record whether a threshold alert of a queue is firing; returns `true` only when
     /// this call changed it (an alert never recorded counts as not firing). Concurrent
     /// callers asking for the same change: exactly one gets `true`.
@@ -381,7 +387,9 @@ pub trait Storage: Send + Sync + 'static {
     ) -> Result<Vec<BatchCompletion>>;
 
     /// The outbox's pending rows per kind: how many, and how long the oldest has
-    /// waited (database clock). A kind without pending rows is left out.
+    /// waited (database clock). A kind without pending rows is left out, and so is a
+    /// kind no sender is recorded for (nothing would send those rows: they are not
+    /// late, and the pruner expires them).
     async fn outbox_stats(&self, params: &OutboxStatsParams) -> Result<Vec<OutboxStat>>;
 
     /// How many waiting (`pending` or `retrying`) tasks of one type, in the given

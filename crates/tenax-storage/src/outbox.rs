@@ -11,6 +11,17 @@
 //! A sender that crashes leaves its rows to be claimed again when the lease ends:
 //! delivery is at least once, and receivers deduplicate on the delivery id.
 //!
+//! Senders say that they run ([`Storage::outbox_senders_seen`], every
+//! [`OUTBOX_SENDER_REFRESH`], and before their worker claims anything). A `death` row
+//! is written only while a `death` sender is recorded, so a deployment without alerts
+//! stores none. The pruner forgets a sender silent for [`OUTBOX_SENDER_GRACE`] and
+//! expires the pending rows no recorded sender can take, and
+//! [`Storage::outbox_stats`] counts only rows of recorded kinds: a row that nothing
+//! will send is never reported as a delivery waiting.
+//!
+//! [`Storage::outbox_senders_seen`]: crate::Storage::outbox_senders_seen
+//! [`Storage::outbox_stats`]: crate::Storage::outbox_stats
+//!
 //! [`Storage::outbox_claim`]: crate::Storage::outbox_claim
 //! [`Storage::outbox_settle`]: crate::Storage::outbox_settle
 use std::time::Duration;
@@ -26,6 +37,12 @@ pub const OUTBOX_BATCH_MAX: u32 = 1_000;
 pub const OUTBOX_ERROR_MAX_BYTES: usize = 2_048;
 /// Longest callback URL, in bytes.
 pub const CALLBACK_URL_MAX_BYTES: usize = 2_048;
+/// How often a running sender records that it runs.
+pub const OUTBOX_SENDER_REFRESH: Duration = Duration::from_secs(60);
+/// How long a sender may stay silent (a restart, a deploy) before the pruner forgets
+/// it: its kind's rows are then no longer written (deaths) or counted, and those
+/// still pending are expired.
+pub const OUTBOX_SENDER_GRACE: Duration = Duration::from_secs(3600);
 
 /// What an outbox row delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -207,8 +224,29 @@ pub struct OutboxPruneParams {
     /// Delete delivered and expired rows settled longer ago than this, and pending rows
     /// written longer ago than this.
     pub older_than: Duration,
+    /// Forget senders silent for longer than this, then expire the pending rows,
+    /// written longer ago than this, of kinds no recorded sender takes
+    /// ([`OUTBOX_SENDER_GRACE`]).
+    pub sender_grace: Duration,
     /// Clock override.
     pub now: Option<DateTime<Utc>>,
+}
+
+/// [`Storage::outbox_senders_seen`](crate::Storage::outbox_senders_seen).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxSendersParams {
+    /// The kinds the caller sends.
+    pub kinds: Vec<OutboxKind>,
+    /// Clock override.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// The error a pending row is expired with when no sender of its kind runs.
+pub(crate) fn unsent_error(grace: Duration) -> String {
+    format!(
+        "no sender of this kind has run for {}s: nothing could deliver it",
+        grace.as_secs()
+    )
 }
 
 /// [`Storage::outbox_stats`](crate::Storage::outbox_stats).
@@ -223,7 +261,8 @@ pub struct OutboxStatsParams {
 pub struct OutboxStat {
     /// The kind.
     pub kind: OutboxKind,
-    /// Rows waiting for (another) delivery attempt, claimed or not.
+    /// Rows waiting for (another) delivery attempt, claimed or not, of a kind some
+    /// sender takes.
     pub pending: u64,
     /// How long the oldest of them has waited since it was written.
     pub oldest_age: Duration,

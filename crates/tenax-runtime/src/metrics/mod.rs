@@ -240,7 +240,7 @@ pub const METRICS: &[MetricDef] = &[
         unit: "messages",
         labels: &["kind"],
         source: "sampler",
-        help: "Outbox rows not yet acknowledged, by kind (callback, death, alert; 0 included), counted in the database: a receiver or webhook that is down makes it grow.",
+        help: "Outbox rows not yet acknowledged, by kind (callback, death, alert; 0 included), counted in the database for the kinds some running sender takes: a receiver or webhook that is down makes it grow.",
     },
     MetricDef {
         name: names::OUTBOX_OLDEST_AGE,

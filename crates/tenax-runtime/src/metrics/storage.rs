@@ -234,6 +234,14 @@ impl Storage for InstrumentedStorage {
     ) -> Result<bool> {
         timed("alert_transition", self.inner.alert_transition(params)).await
     }
+    async fn outbox_senders_seen(&self, params: &tenax_storage::OutboxSendersParams) -> Result<()> {
+        timed(
+            "outbox_senders_seen",
+            self.inner.outbox_senders_seen(params),
+        )
+        .await
+    }
+
     async fn outbox_prune(&self, params: &tenax_storage::OutboxPruneParams) -> Result<u64> {
         timed("outbox_prune", self.inner.outbox_prune(params)).await
     }

@@ -291,6 +291,7 @@ impl Worker {
             background.clone(),
         ));
         for service in companions {
+            service.ready(shared.storage.clone()).await;
             info!(worker = %shared.id, service = service.name(), "service started");
             services.spawn(service.run(shared.storage.clone(), background.clone()));
         }

@@ -682,6 +682,10 @@ impl Storage for MySqlStorage {
         retrying(|| self.alert_transition_impl(params)).await
     }
 
+    async fn outbox_senders_seen(&self, params: &crate::OutboxSendersParams) -> Result<()> {
+        retrying(|| self.outbox_senders_seen_impl(params)).await
+    }
+
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
         self.outbox_prune_impl(params).await
     }

@@ -8,9 +8,9 @@ use super::rows::{opt_text, text};
 use super::{clock, map_err, minus, plus, push_list, MySqlStorage};
 use crate::error::{Result, StorageError};
 use crate::outbox::{
-    settle_parts, stat_from, validate_claim, validate_list, validate_settle, OutboxClaimParams,
-    OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat,
-    OutboxStatsParams, OutboxStatus,
+    settle_parts, stat_from, unsent_error, validate_claim, validate_list, validate_settle,
+    OutboxClaimParams, OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord,
+    OutboxSendersParams, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
 };
 
 const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
@@ -161,9 +161,46 @@ impl MySqlStorage {
         rows.iter().map(record_from_row).collect()
     }
 
+    pub(super) async fn outbox_senders_seen_impl(
+        &self,
+        params: &OutboxSendersParams,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        for kind in &params.kinds {
+            sqlx::query(
+                "INSERT INTO tenax_outbox_senders (kind, seen_at) VALUES (?, ?)
+                 ON DUPLICATE KEY UPDATE seen_at = VALUES(seen_at)",
+            )
+            .bind(kind.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)
+    }
+
     pub(super) async fn outbox_prune_impl(&self, params: &OutboxPruneParams) -> Result<u64> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        let silent = minus(now, params.sender_grace);
+        sqlx::query("DELETE FROM tenax_outbox_senders WHERE seen_at < ?")
+            .bind(silent)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let expired = sqlx::query(
+            "UPDATE tenax_outbox SET status = 'expired', settled_at = ?, last_error = ?
+             WHERE status = 'pending' AND created_at < ?
+               AND kind NOT IN (SELECT kind FROM tenax_outbox_senders)",
+        )
+        .bind(now)
+        .bind(unsent_error(params.sender_grace))
+        .bind(silent)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
         let done = sqlx::query(
             "DELETE FROM tenax_outbox
              WHERE (status <> 'pending' AND settled_at < ?)
@@ -175,7 +212,7 @@ impl MySqlStorage {
         .await
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        Ok(done.rows_affected())
+        Ok(expired.rows_affected() + done.rows_affected())
     }
 
     pub(super) async fn outbox_stats_impl(
@@ -187,7 +224,9 @@ impl MySqlStorage {
         let rows = sqlx::query(
             "SELECT kind, COUNT(*) AS pending,
                     CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), ?) DIV 1000 AS SIGNED) AS oldest_ms
-             FROM tenax_outbox WHERE status = 'pending' GROUP BY kind ORDER BY kind",
+             FROM tenax_outbox
+             WHERE status = 'pending' AND kind IN (SELECT kind FROM tenax_outbox_senders)
+             GROUP BY kind ORDER BY kind",
         )
         .bind(now)
         .fetch_all(&mut *tx)

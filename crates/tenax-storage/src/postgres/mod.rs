@@ -629,6 +629,10 @@ impl Storage for PgStorage {
         self.timed(self.alert_transition_impl(params)).await
     }
 
+    async fn outbox_senders_seen(&self, params: &crate::OutboxSendersParams) -> Result<()> {
+        self.timed(self.outbox_senders_seen_impl(params)).await
+    }
+
     async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
         self.timed(self.outbox_prune_impl(params)).await
     }

@@ -7,9 +7,9 @@ use super::{map_err, PgStorage, NOW};
 use crate::common::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::outbox::{
-    settle_parts, stat_from, validate_claim, validate_list, validate_settle, OutboxClaimParams,
-    OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat,
-    OutboxStatsParams, OutboxStatus,
+    settle_parts, stat_from, unsent_error, validate_claim, validate_list, validate_settle,
+    OutboxClaimParams, OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord,
+    OutboxSendersParams, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
 };
 
 const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
@@ -131,7 +131,47 @@ impl PgStorage {
         rows.iter().map(record_from_row).collect()
     }
 
+    pub(super) async fn outbox_senders_seen_impl(
+        &self,
+        params: &OutboxSendersParams,
+    ) -> Result<()> {
+        let kinds: Vec<&str> = params.kinds.iter().map(|k| k.as_str()).collect();
+        sqlx::query(&format!(
+            "INSERT INTO tenax_outbox_senders (kind, seen_at)
+             SELECT kind, {NOW} FROM unnest($2::text[]) AS kind
+             ON CONFLICT (kind) DO UPDATE SET seen_at = EXCLUDED.seen_at"
+        ))
+        .bind(params.now)
+        .bind(&kinds)
+        .execute(self.pool())
+        .await
+        .map_err(map_err)?;
+        Ok(())
+    }
+
     pub(super) async fn outbox_prune_impl(&self, params: &OutboxPruneParams) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        sqlx::query(&format!(
+            "DELETE FROM tenax_outbox_senders
+             WHERE seen_at < {NOW} - $2::float8 * interval '1 millisecond'"
+        ))
+        .bind(params.now)
+        .bind(duration_ms(params.sender_grace) as f64)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let expired = sqlx::query(&format!(
+            "UPDATE tenax_outbox SET status = 'expired', settled_at = {NOW}, last_error = $3
+             WHERE status = 'pending'
+               AND created_at < {NOW} - $2::float8 * interval '1 millisecond'
+               AND kind NOT IN (SELECT kind FROM tenax_outbox_senders)"
+        ))
+        .bind(params.now)
+        .bind(duration_ms(params.sender_grace) as f64)
+        .bind(unsent_error(params.sender_grace))
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
         let done = sqlx::query(&format!(
             "DELETE FROM tenax_outbox
              WHERE (status <> 'pending'
@@ -141,10 +181,11 @@ impl PgStorage {
         ))
         .bind(params.now)
         .bind(duration_ms(params.older_than) as f64)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-        Ok(done.rows_affected())
+        tx.commit().await.map_err(map_err)?;
+        Ok(expired.rows_affected() + done.rows_affected())
     }
 
     pub(super) async fn outbox_stats_impl(
@@ -154,7 +195,9 @@ impl PgStorage {
         let rows = sqlx::query(&format!(
             "SELECT kind, count(*) AS pending,
                     (EXTRACT(EPOCH FROM ({NOW} - min(created_at))) * 1000)::int8 AS oldest_ms
-             FROM tenax_outbox WHERE status = 'pending' GROUP BY kind ORDER BY kind"
+             FROM tenax_outbox
+             WHERE status = 'pending' AND kind IN (SELECT kind FROM tenax_outbox_senders)
+             GROUP BY kind ORDER BY kind"
         ))
         .bind(params.now)
         .fetch_all(self.pool())

@@ -8,9 +8,9 @@ use super::{clock, map_err, SqliteStorage};
 use crate::common::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::outbox::{
-    settle_parts, stat_from, validate_claim, validate_list, validate_settle, OutboxClaimParams,
-    OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat,
-    OutboxStatsParams, OutboxStatus,
+    settle_parts, stat_from, unsent_error, validate_claim, validate_list, validate_settle,
+    OutboxClaimParams, OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord,
+    OutboxSendersParams, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
 };
 
 const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
@@ -134,9 +134,46 @@ impl SqliteStorage {
         rows.iter().map(record_from_row).collect()
     }
 
+    pub(super) async fn outbox_senders_seen_impl(
+        &self,
+        params: &OutboxSendersParams,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let now = clock(&mut tx, params.now).await?;
+        for kind in &params.kinds {
+            sqlx::query(
+                "INSERT INTO tenax_outbox_senders (kind, seen_at) VALUES (?1, ?2)
+                 ON CONFLICT (kind) DO UPDATE SET seen_at = excluded.seen_at",
+            )
+            .bind(kind.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)
+    }
+
     pub(super) async fn outbox_prune_impl(&self, params: &OutboxPruneParams) -> Result<u64> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
+        let silent = now.saturating_sub(duration_ms(params.sender_grace));
+        sqlx::query("DELETE FROM tenax_outbox_senders WHERE seen_at < ?1")
+            .bind(silent)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let expired = sqlx::query(
+            "UPDATE tenax_outbox SET status = 'expired', settled_at = ?1, last_error = ?3
+             WHERE status = 'pending' AND created_at < ?2
+               AND kind NOT IN (SELECT kind FROM tenax_outbox_senders)",
+        )
+        .bind(now)
+        .bind(silent)
+        .bind(unsent_error(params.sender_grace))
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
         let done = sqlx::query(
             "DELETE FROM tenax_outbox
              WHERE (status <> 'pending' AND settled_at < ?1)
@@ -147,7 +184,7 @@ impl SqliteStorage {
         .await
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        Ok(done.rows_affected())
+        Ok(expired.rows_affected() + done.rows_affected())
     }
 
     pub(super) async fn outbox_stats_impl(
@@ -157,7 +194,9 @@ impl SqliteStorage {
         let now = super::clock_now(&self.pool, params.now).await?;
         let rows = sqlx::query(
             "SELECT kind, count(*) AS pending, ?1 - min(created_at) AS oldest_ms
-             FROM tenax_outbox WHERE status = 'pending' GROUP BY kind ORDER BY kind",
+             FROM tenax_outbox
+             WHERE status = 'pending' AND kind IN (SELECT kind FROM tenax_outbox_senders)
+             GROUP BY kind ORDER BY kind",
         )
         .bind(now)
         .fetch_all(&self.pool)

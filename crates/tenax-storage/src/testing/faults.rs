@@ -267,6 +267,10 @@ impl Storage for FaultyStorage {
     async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
         self.inner.alert_transition(params).await
     }
+    async fn outbox_senders_seen(&self, params: &crate::OutboxSendersParams) -> Result<()> {
+        self.inner.outbox_senders_seen(params).await
+    }
+
     async fn outbox_prune(&self, params: &crate::OutboxPruneParams) -> Result<u64> {
         self.inner.outbox_prune(params).await
     }

@@ -335,6 +335,8 @@ macro_rules! conformance_tests {
                 an_outbox_retry_past_its_maximum_age_expires,
                 concurrent_outbox_claimers_take_each_row_once,
                 outbox_stats_count_pending_rows_per_kind_with_the_oldest_age,
+                a_death_writes_its_row_only_while_a_death_sender_is_recorded,
+                the_pruner_forgets_a_silent_sender_and_expires_what_nothing_can_send,
                 an_alert_changes_state_once_per_transition,
                 an_alert_change_writes_its_message_to_the_outbox_once,
                 a_completion_batch_lands_exactly_where_the_lease_holds,

@@ -9,9 +9,9 @@ use tenax_core::{CompensationState, TaskId, TaskRecord};
 use super::{Harness, TaskOpts};
 use crate::{
     BulkAction, FailNext, Lease, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome,
-    OutboxPruneParams, OutboxRecord, OutboxSettleParams, OutboxStat, OutboxStatsParams,
-    OutboxStatus, Storage, StorageError, TaskActionParams, TaskBulkParams, TaskCompleteParams,
-    TaskFailParams, TaskFilter, TaskRef,
+    OutboxPruneParams, OutboxRecord, OutboxSendersParams, OutboxSettleParams, OutboxStat,
+    OutboxStatsParams, OutboxStatus, Storage, StorageError, TaskActionParams, TaskBulkParams,
+    TaskCompleteParams, TaskFailParams, TaskFilter, TaskRef,
 };
 
 const CALLBACK: &str = "https://hooks.example/tenax?k=1";
@@ -75,11 +75,36 @@ async fn finish_with(h: &Harness, task: &TaskRecord, next: Option<FailNext>) {
     assert!(done, "the lease is held");
 }
 
+/// Record a sender of every kind, as a worker with callbacks and alerts does before
+/// its first claim: the cases that test the rows themselves start with it.
+async fn senders_run(h: &Harness) {
+    record(
+        h,
+        &[OutboxKind::Callback, OutboxKind::Death, OutboxKind::Alert],
+        None,
+    )
+    .await;
+}
+
+async fn record(h: &Harness, kinds: &[OutboxKind], now: Option<DateTime<Utc>>) {
+    h.storage
+        .outbox_senders_seen(&OutboxSendersParams {
+            kinds: kinds.to_vec(),
+            now,
+        })
+        .await
+        .expect("record the senders");
+}
+
+/// A grace long enough that a prune tests the retention alone.
+const NO_SENDER_GRACE: Duration = Duration::from_secs(1000 * 86_400);
+
 fn body(record: &OutboxRecord) -> serde_json::Value {
     serde_json::from_str(&record.body).expect("the body is JSON")
 }
 
 pub async fn a_final_outcome_writes_its_outbox_rows_in_the_same_transaction(h: &Harness) {
+    senders_run(h).await;
     // Succeeded with a callback URL: one callback row with the summary.
     let ok = h
         .task(TaskOpts {
@@ -215,6 +240,7 @@ pub async fn a_final_outcome_writes_its_outbox_rows_in_the_same_transaction(h: &
 }
 
 pub async fn outbox_claims_are_settled_only_under_their_own_attempt(h: &Harness) {
+    senders_run(h).await;
     let task = h
         .task(TaskOpts {
             callback_url: Some(CALLBACK.into()),
@@ -336,6 +362,7 @@ pub async fn outbox_claims_are_settled_only_under_their_own_attempt(h: &Harness)
         .storage
         .outbox_prune(&OutboxPruneParams {
             older_than: Duration::from_secs(86_400),
+            sender_grace: NO_SENDER_GRACE,
             now: Some(later),
         })
         .await
@@ -345,6 +372,7 @@ pub async fn outbox_claims_are_settled_only_under_their_own_attempt(h: &Harness)
         .storage
         .outbox_prune(&OutboxPruneParams {
             older_than: Duration::from_secs(86_400),
+            sender_grace: NO_SENDER_GRACE,
             now: Some(later + chrono::Duration::days(2)),
         })
         .await
@@ -359,6 +387,7 @@ pub async fn outbox_claims_are_settled_only_under_their_own_attempt(h: &Harness)
         .storage
         .outbox_prune(&OutboxPruneParams {
             older_than: Duration::from_secs(86_400),
+            sender_grace: NO_SENDER_GRACE,
             now: Some(created + chrono::Duration::hours(23)),
         })
         .await
@@ -369,6 +398,7 @@ pub async fn outbox_claims_are_settled_only_under_their_own_attempt(h: &Harness)
         .storage
         .outbox_prune(&OutboxPruneParams {
             older_than: Duration::from_secs(86_400),
+            sender_grace: NO_SENDER_GRACE,
             now: Some(created + chrono::Duration::hours(25)),
         })
         .await
@@ -388,6 +418,7 @@ pub async fn outbox_claims_are_settled_only_under_their_own_attempt(h: &Harness)
 }
 
 pub async fn an_outbox_retry_past_its_maximum_age_expires(h: &Harness) {
+    senders_run(h).await;
     let task = h.task(TaskOpts::default()).await;
     finish_with(h, &task, Some(FailNext::Dead)).await;
     let claimed = h
@@ -417,6 +448,7 @@ pub async fn an_outbox_retry_past_its_maximum_age_expires(h: &Harness) {
 }
 
 pub async fn concurrent_outbox_claimers_take_each_row_once(h: &Harness) {
+    senders_run(h).await;
     const N: usize = 60;
     let mut ids = HashSet::new();
     for _ in 0..N {
@@ -483,6 +515,7 @@ pub async fn concurrent_outbox_claimers_take_each_row_once(h: &Harness) {
 }
 
 pub async fn outbox_stats_count_pending_rows_per_kind_with_the_oldest_age(h: &Harness) {
+    senders_run(h).await;
     let stats = |now: Option<DateTime<Utc>>| async move {
         h.storage
             .outbox_stats(&OutboxStatsParams { now })
@@ -538,4 +571,114 @@ pub async fn outbox_stats_count_pending_rows_per_kind_with_the_oldest_age(h: &Ha
     let now = stats(None).await;
     assert_eq!(now[0].kind, OutboxKind::Callback);
     assert_eq!(now[0].pending, 2, "{now:?}");
+}
+
+pub async fn a_death_writes_its_row_only_while_a_death_sender_is_recorded(h: &Harness) {
+    let stats = || async {
+        h.storage
+            .outbox_stats(&OutboxStatsParams::default())
+            .await
+            .expect("outbox stats")
+    };
+    // No sender recorded: a death writes no death row (nothing would send it); the
+    // callback the task asked for is stored, but not counted as waiting.
+    let unheard = h
+        .task(TaskOpts {
+            callback_url: Some(CALLBACK.into()),
+            ..Default::default()
+        })
+        .await;
+    finish_with(h, &unheard, Some(FailNext::Dead)).await;
+    let rows = list(&*h.storage, Some(unheard.id)).await;
+    let kinds: Vec<OutboxKind> = rows.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [OutboxKind::Callback], "{rows:?}");
+    assert!(stats().await.is_empty(), "{:?}", stats().await);
+
+    // A death sender recorded: the next death is written, and counted.
+    record(h, &[OutboxKind::Death, OutboxKind::Alert], None).await;
+    let heard = h.task(TaskOpts::default()).await;
+    finish_with(h, &heard, Some(FailNext::Dead)).await;
+    let rows = list(&*h.storage, Some(heard.id)).await;
+    let kinds: Vec<OutboxKind> = rows.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [OutboxKind::Death], "{rows:?}");
+    let counted: Vec<(OutboxKind, u64)> =
+        stats().await.iter().map(|s| (s.kind, s.pending)).collect();
+    assert_eq!(
+        counted,
+        [(OutboxKind::Death, 1)],
+        "the unsent callback is not counted"
+    );
+    // Recording again changes nothing but the time.
+    record(h, &[OutboxKind::Death], None).await;
+    assert_eq!(list(&*h.storage, None).await.len(), 2);
+}
+
+pub async fn the_pruner_forgets_a_silent_sender_and_expires_what_nothing_can_send(h: &Harness) {
+    let grace = Duration::from_secs(3600);
+    senders_run(h).await;
+    let task = h
+        .task(TaskOpts {
+            callback_url: Some(CALLBACK.into()),
+            ..Default::default()
+        })
+        .await;
+    finish_with(h, &task, Some(FailNext::Dead)).await;
+    let created = list(&*h.storage, Some(task.id)).await[0].created_at;
+    let prune = |at: DateTime<Utc>| async move {
+        h.storage
+            .outbox_prune(&OutboxPruneParams {
+                older_than: Duration::from_secs(7 * 86_400),
+                sender_grace: grace,
+                now: Some(at),
+            })
+            .await
+            .expect("prune")
+    };
+    // Within the grace: nothing changes.
+    assert_eq!(prune(created + chrono::Duration::minutes(30)).await, 0);
+    // The callback sender keeps recording itself; the death sender falls silent.
+    record(
+        h,
+        &[OutboxKind::Callback],
+        Some(created + chrono::Duration::minutes(61)),
+    )
+    .await;
+    let at = created + chrono::Duration::minutes(90);
+    assert_eq!(prune(at).await, 1, "the death row is expired");
+    let rows = list(&*h.storage, Some(task.id)).await;
+    let death = rows
+        .iter()
+        .find(|r| r.kind == OutboxKind::Death)
+        .expect("death row");
+    assert_eq!(death.status, OutboxStatus::Expired, "{death:?}");
+    assert!(death.settled_at.is_some());
+    assert!(
+        death
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no sender")),
+        "{death:?}"
+    );
+    let callback = rows
+        .iter()
+        .find(|r| r.kind == OutboxKind::Callback)
+        .expect("callback row");
+    assert_eq!(
+        callback.status,
+        OutboxStatus::Pending,
+        "a recorded sender's row stays"
+    );
+    let counted: Vec<OutboxKind> = h
+        .storage
+        .outbox_stats(&OutboxStatsParams { now: Some(at) })
+        .await
+        .expect("stats")
+        .iter()
+        .map(|s| s.kind)
+        .collect();
+    assert_eq!(counted, [OutboxKind::Callback]);
+    // The forgotten sender's kind is no longer written.
+    let later = h.task(TaskOpts::default()).await;
+    finish_with(h, &later, Some(FailNext::Dead)).await;
+    assert!(list(&*h.storage, Some(later.id)).await.is_empty());
 }
