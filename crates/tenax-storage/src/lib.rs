@@ -105,6 +105,19 @@ pub struct Capabilities {
 /// A receiver that changes whenever tasks may have become due (a hint, never data).
 pub type WakeReceiver = tokio::sync::watch::Receiver<u64>;
 
+/// A finish that a waiter registered for ([`Storage::task_wait_begin`]), pushed by a
+/// backend that can ([`Storage::finishes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishHint {
+    /// This task reached a final status.
+    Task(TaskId),
+    /// Hints may have been lost (the listener reconnected): every waiter reads again.
+    Unknown,
+}
+
+/// The receiving end of [`Storage::finishes`].
+pub type FinishReceiver = tokio::sync::broadcast::Receiver<FinishHint>;
+
 /// The storage seam. See the [crate docs](crate).
 #[async_trait]
 pub trait Storage: Send + Sync + 'static {
@@ -122,6 +135,27 @@ pub trait Storage: Send + Sync + 'static {
 
     /// A hint that tasks may be due, for workers in this process.
     fn wakeups(&self) -> WakeReceiver;
+
+    /// The finishes of tasks that a waiter registered for with
+    /// [`Storage::task_wait_begin`], where the backend pushes them (PostgreSQL's
+    /// `NOTIFY`); `None` where a waiter must poll. Hints, never data: a waiter reads
+    /// its task again when woken.
+    fn finishes(&self) -> Option<FinishReceiver> {
+        None
+    }
+
+    /// Record that someone waits for task `id` to finish, so that its finish is
+    /// pushed to [`Storage::finishes`]; returns the waiter's key for
+    /// [`Storage::task_wait_end`], or `None` where the backend pushes nothing. Call it
+    /// before reading the task: a finish after the read is then pushed.
+    async fn task_wait_begin(&self, _id: TaskId) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// The end of a wait begun with [`Storage::task_wait_begin`].
+    async fn task_wait_end(&self, _waiter: &str) -> Result<()> {
+        Ok(())
+    }
 
     /// Insert a task, or return the existing one with the same `task_no`, type and
     /// payload; the same `task_no` with another type or payload is

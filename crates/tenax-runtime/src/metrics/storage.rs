@@ -56,6 +56,15 @@ impl Storage for InstrumentedStorage {
     fn wakeups(&self) -> WakeReceiver {
         self.inner.wakeups()
     }
+    fn finishes(&self) -> Option<tenax_storage::FinishReceiver> {
+        self.inner.finishes()
+    }
+    async fn task_wait_begin(&self, id: TaskId) -> Result<Option<String>> {
+        timed("task_wait_begin", self.inner.task_wait_begin(id)).await
+    }
+    async fn task_wait_end(&self, waiter: &str) -> Result<()> {
+        timed("task_wait_end", self.inner.task_wait_end(waiter)).await
+    }
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
         timed("task_insert", self.inner.task_insert(params)).await
     }

@@ -674,6 +674,20 @@ pub(crate) async fn wait(
         .map_or(WAIT_DEFAULT, Duration::from_millis)
         .min(state.config().wait_max);
     let deadline = tokio::time::Instant::now() + timeout;
+    let storage = state.storage().clone();
+    // Where the backend pushes finishes, listen before registering and register before
+    // reading: a finish after the read is then heard.
+    let mut finishes = storage.finishes();
+    let mut registered = None;
+    if finishes.is_some() {
+        match storage.task_wait_begin(TaskId(id)).await {
+            Ok(waiter) => registered = waiter.map(|waiter| WaitEnd { storage, waiter }),
+            Err(e) => tracing::warn!(error = %e, task = id, "registering a wait failed; polling"),
+        }
+    }
+    if registered.is_none() {
+        finishes = None;
+    }
     let mut pause = Duration::from_millis(20);
     loop {
         let task = find(&state, &caller, TaskRef::Id(TaskId(id))).await?;
@@ -690,12 +704,59 @@ pub(crate) async fn wait(
             };
             return Ok((status, Json(WaitResponse { finished, task })));
         }
-        let sleep = pause.min(deadline - now);
-        tokio::select! {
-            _ = tokio::time::sleep(sleep) => {}
-            _ = state.inner.shutdown.cancelled() => {}
+        let left = deadline - now;
+        match finishes.as_mut() {
+            // Woken by the finish; read again now and then in case a hint is lost.
+            Some(hints) => tokio::select! {
+                () = finish_of(hints, TaskId(id)) => {}
+                _ = tokio::time::sleep(WAIT_RECHECK.min(left)) => {}
+                _ = state.inner.shutdown.cancelled() => {}
+            },
+            None => {
+                tokio::select! {
+                    _ = tokio::time::sleep(pause.min(left)) => {}
+                    _ = state.inner.shutdown.cancelled() => {}
+                }
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
         }
-        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// How often a wait woken by finishes reads its task anyway.
+const WAIT_RECHECK: Duration = Duration::from_secs(2);
+
+/// Until a hint names `task`, or says hints were lost.
+async fn finish_of(hints: &mut tenax::storage::FinishReceiver, task: TaskId) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match hints.recv().await {
+            Ok(tenax::storage::FinishHint::Task(id)) if id != task => {}
+            Ok(_) | Err(RecvError::Lagged(_)) => return,
+            // The listener is gone: only the recheck wakes this wait now.
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Ends a registered wait however the request ends (an answer, an error, a client
+/// that went away).
+struct WaitEnd {
+    storage: std::sync::Arc<dyn tenax::storage::Storage>,
+    waiter: String,
+}
+
+impl Drop for WaitEnd {
+    fn drop(&mut self) {
+        let storage = self.storage.clone();
+        let waiter = std::mem::take(&mut self.waiter);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = storage.task_wait_end(&waiter).await {
+                    tracing::warn!(error = %e, "ending a wait failed; its row goes within an hour");
+                }
+            });
+        }
     }
 }
 

@@ -138,3 +138,81 @@ on_every_backend!(
     a_wait_returns_when_the_worker_finishes_the_task,
     a_timed_out_wait_returns_the_unfinished_task,
 );
+
+/// On PostgreSQL a long-poll is woken by the finish itself (`NOTIFY`), not by reading
+/// the task again and again: ten waiters cost a read each, and one more per recheck,
+/// until the task ends; then all of them answer at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_waits_are_woken_by_the_finish_not_by_polling() {
+    let Some(h) = tenax_storage::testing::postgres_from_env().await else {
+        return;
+    };
+    let counted = tenax_storage::testing::FaultyStorage::new(h.storage.clone());
+    let app = app(counted.clone(), config());
+    let task = h.task(tenax_storage::testing::TaskOpts::default()).await;
+    let waiters: Vec<_> = (0..10)
+        .map(|_| {
+            let app = app.clone();
+            let path = format!("/v1/tasks/{}/wait?timeout_ms=30000", task.id.0);
+            tokio::spawn(async move { call(&app, Method::GET, &path, Some(READER), None).await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counted.task_gets() < 10 {
+        assert!(Instant::now() < deadline, "the waiters did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A quiet stretch longer than the recheck: the reads in it are what waiting costs.
+    let before = counted.task_gets();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_reads = counted.task_gets() - before;
+    assert!(
+        idle_reads <= 20,
+        "10 waiters read the task {idle_reads} times in 3 s while it stayed pending"
+    );
+
+    let claimed = h.claim("w1", 10, None).await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let done = h
+        .storage
+        .task_complete_if_leased(&tenax_storage::TaskCompleteParams {
+            lease: tenax_storage::Lease {
+                id: claimed[0].id,
+                epoch: claimed[0].lease_epoch,
+            },
+            result: Some("{}".into()),
+            compensation: tenax::CompensationState::None,
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert!(done);
+    let finished = Instant::now();
+    for waiter in waiters {
+        let answer = waiter.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+        assert_eq!(answer.body["task"]["status"], "succeeded");
+    }
+    // The recheck alone would answer about a second after the finish.
+    assert!(
+        finished.elapsed() < Duration::from_millis(700),
+        "the waiters answered {:?} after the finish",
+        finished.elapsed()
+    );
+    // Every answered wait removed its row.
+    let pg = tenax_storage::postgres::PgStorage::connect(&h.url)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows: i64 = tenax::sqlx::query_scalar("SELECT count(*) FROM tenax_waits")
+            .fetch_one(pg.pool())
+            .await
+            .unwrap();
+        if rows == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{rows} wait rows left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -11,6 +11,9 @@
 //!   It is a hint only: workers poll anyway, and a listener that loses its connection
 //!   reconnects with jittered backoff and then wakes its workers once, since
 //!   notifications sent meanwhile are lost.
+//! - `NOTIFY tenax_finished` (payload: the task id) is sent when a task that a
+//!   long-poll waits for finishes (`waits.rs`, migration 0018); the same listener
+//!   passes it to [`Storage::finishes`].
 //! - Each call runs under a client-side timeout, and sessions carry `statement_timeout`
 //!   and `idle_in_transaction_session_timeout`, so a silently dead connection surfaces
 //!   as a transient error (sqlx cannot set TCP keepalive); the worker's self-fencing
@@ -68,6 +71,7 @@ mod workflows;
 pub(crate) use errors::map_err;
 pub use insert::{enqueue_in, enqueue_many_in};
 use listen::listen;
+mod waits;
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
 pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
@@ -84,6 +88,9 @@ fn migrator() -> sqlx::migrate::Migrator {
 
 /// The notification channel of wake-ups.
 pub const WAKE_CHANNEL: &str = "tenax_wake";
+/// The `NOTIFY` channel of finished tasks that someone waits for (payload: the task
+/// id), sent by the trigger of migration 0018.
+pub const FINISH_CHANNEL: &str = "tenax_finished";
 
 /// Options of the PostgreSQL backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +129,8 @@ pub struct PgStorage {
     leases: PgPool,
     schema: Option<String>,
     wake: watch::Sender<u64>,
+    /// Finishes of waited tasks, heard by the listener.
+    finished: tokio::sync::broadcast::Sender<crate::FinishHint>,
     call_timeout: Duration,
     listener: Option<JoinHandle<()>>,
     /// Queues the last claims found limited (see `claim.rs`): a claim naming one takes
@@ -221,6 +230,7 @@ impl PgStorage {
             leases,
             schema,
             wake,
+            finished: tokio::sync::broadcast::channel(1024).0,
             call_timeout: config.call_timeout,
             listener: None,
             limited_hint: std::sync::Mutex::default(),
@@ -231,6 +241,7 @@ impl PgStorage {
             storage.listener = Some(tokio::spawn(listen(
                 storage.pool.clone(),
                 storage.wake.clone(),
+                storage.finished.clone(),
             )));
         }
         Ok(storage)
@@ -434,6 +445,21 @@ impl Storage for PgStorage {
 
     fn wakeups(&self) -> WakeReceiver {
         self.wake.subscribe()
+    }
+
+    fn finishes(&self) -> Option<crate::FinishReceiver> {
+        self.listener.as_ref().map(|_| self.finished.subscribe())
+    }
+
+    async fn task_wait_begin(&self, id: TaskId) -> Result<Option<String>> {
+        if self.listener.is_none() {
+            return Ok(None);
+        }
+        self.timed(waits::begin(&self.pool, id)).await.map(Some)
+    }
+
+    async fn task_wait_end(&self, waiter: &str) -> Result<()> {
+        self.timed(waits::end(&self.pool, waiter)).await
     }
 
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {

@@ -32,6 +32,8 @@ pub struct FaultyStorage {
     inner: Arc<dyn Storage>,
     failing: Mutex<HashSet<StorageMethod>>,
     refused: Mutex<Option<String>>,
+    /// Calls of `task_get` so far.
+    task_gets: std::sync::atomic::AtomicU64,
 }
 
 impl FaultyStorage {
@@ -40,7 +42,13 @@ impl FaultyStorage {
             inner,
             failing: Mutex::new(HashSet::new()),
             refused: Mutex::new(None),
+            task_gets: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// How many times `task_get` was called (what a long-poll costs the database).
+    pub fn task_gets(&self) -> u64 {
+        self.task_gets.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Make `method` fail (`true`) or work (`false`).
@@ -97,10 +105,21 @@ impl Storage for FaultyStorage {
     fn wakeups(&self) -> WakeReceiver {
         self.inner.wakeups()
     }
+    fn finishes(&self) -> Option<crate::FinishReceiver> {
+        self.inner.finishes()
+    }
+    async fn task_wait_begin(&self, id: TaskId) -> Result<Option<String>> {
+        self.inner.task_wait_begin(id).await
+    }
+    async fn task_wait_end(&self, waiter: &str) -> Result<()> {
+        self.inner.task_wait_end(waiter).await
+    }
     async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
         self.inner.task_insert(params).await
     }
     async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
+        self.task_gets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.task_get(task).await
     }
     async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
