@@ -8,7 +8,7 @@ use crate::dashboard;
 use crate::state::AppState;
 
 use crate::model::*;
-use crate::routes::{admin, batch, events, health, ops, tasks, workflows};
+use crate::routes::{admin, batch, events, health, ops, tasks, wait, workflows};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub const ROUTES: &[RouteSpec] = &[
         get(tasks::attempts)
     }),
     route("GET", "/v1/tasks/{id}/wait", Access::TaskRead, || {
-        get(tasks::wait)
+        get(wait::wait)
     }),
     route("POST", "/v1/tasks/{id}/cancel", Access::Admin, || {
         post(tasks::cancel)
@@ -307,7 +307,7 @@ impl Modify for CommonErrors {
         tasks::get_by_id,
         tasks::get_by_no,
         tasks::attempts,
-        tasks::wait,
+        wait::wait,
         tasks::cancel,
         tasks::retry,
         ops::bulk_cancel,

@@ -19,6 +19,7 @@ pub(crate) mod health;
 pub(crate) mod ops;
 pub(crate) mod secrets;
 pub(crate) mod tasks;
+pub(crate) mod wait;
 pub(crate) mod workflows;
 
 /// The API as an axum router: mount it, or serve it with [`serve`](crate::serve).

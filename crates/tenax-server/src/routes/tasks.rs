@@ -21,8 +21,6 @@ use crate::state::AppState;
 /// Default and largest page of `GET /v1/tasks`.
 const PAGE_DEFAULT: u32 = 50;
 const PAGE_MAX: u32 = 500;
-/// Default wait of a long-poll.
-const WAIT_DEFAULT: Duration = Duration::from_secs(30);
 
 pub(crate) fn in_range(
     field: &str,
@@ -577,7 +575,11 @@ fn list_params(
 
 /// A task the caller may read. Another's task is answered as a missing one, word for
 /// word, so that an enqueue token cannot tell the ids of others' tasks from unused ids.
-async fn find(state: &AppState, caller: &Caller, task: TaskRef) -> Result<TaskView, ApiError> {
+pub(super) async fn find(
+    state: &AppState,
+    caller: &Caller,
+    task: TaskRef,
+) -> Result<TaskView, ApiError> {
     let record = find_record(state, caller, task).await?;
     Ok(secrets::task(
         state.config(),
@@ -652,112 +654,6 @@ pub(crate) async fn attempts(
     let attempts = state.db(state.storage().task_attempts(TaskId(id))).await?;
     let masker = secrets::masker(state.config(), &task);
     Ok(Json(secrets::attempts(&masker, &attempts)))
-}
-
-/// Wait until a task reaches a final status, or the timeout passes.
-#[utoipa::path(get, path = "/v1/tasks/{id}/wait", tag = "tasks",
-    params(("id" = i64, Path, description = "Task id"), WaitQuery),
-    security(("bearer" = [])),
-    responses(
-        (status = 200, description = "The task reached a final status", body = WaitResponse),
-        (status = 202, description = "The wait timed out; the task as it stands (finished = false)", body = WaitResponse),
-        (status = 404, description = "No such task, or another's task to an enqueue token (the same answer)", body = ErrorBody),
-    ))]
-pub(crate) async fn wait(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<i64>,
-    ApiQuery(query): ApiQuery<WaitQuery>,
-) -> Result<(StatusCode, Json<WaitResponse>), ApiError> {
-    let timeout = query
-        .timeout_ms
-        .map_or(WAIT_DEFAULT, Duration::from_millis)
-        .min(state.config().wait_max);
-    let deadline = tokio::time::Instant::now() + timeout;
-    let storage = state.storage().clone();
-    // Where the backend pushes finishes, listen before registering and register before
-    // reading: a finish after the read is then heard.
-    let mut finishes = storage.finishes();
-    let mut registered = None;
-    if finishes.is_some() {
-        match storage.task_wait_begin(TaskId(id)).await {
-            Ok(waiter) => registered = waiter.map(|waiter| WaitEnd { storage, waiter }),
-            Err(e) => tracing::warn!(error = %e, task = id, "registering a wait failed; polling"),
-        }
-    }
-    if registered.is_none() {
-        finishes = None;
-    }
-    let mut pause = Duration::from_millis(20);
-    loop {
-        let task = find(&state, &caller, TaskRef::Id(TaskId(id))).await?;
-        let finished = task
-            .status
-            .parse::<TaskStatus>()
-            .is_ok_and(TaskStatus::is_finished);
-        let now = tokio::time::Instant::now();
-        if finished || now >= deadline || state.inner.shutdown.is_cancelled() {
-            let status = if finished {
-                StatusCode::OK
-            } else {
-                StatusCode::ACCEPTED
-            };
-            return Ok((status, Json(WaitResponse { finished, task })));
-        }
-        let left = deadline - now;
-        match finishes.as_mut() {
-            // Woken by the finish; read again now and then in case a hint is lost.
-            Some(hints) => tokio::select! {
-                () = finish_of(hints, TaskId(id)) => {}
-                _ = tokio::time::sleep(WAIT_RECHECK.min(left)) => {}
-                _ = state.inner.shutdown.cancelled() => {}
-            },
-            None => {
-                tokio::select! {
-                    _ = tokio::time::sleep(pause.min(left)) => {}
-                    _ = state.inner.shutdown.cancelled() => {}
-                }
-                pause = (pause * 2).min(Duration::from_millis(250));
-            }
-        }
-    }
-}
-
-/// How often a wait woken by finishes reads its task anyway.
-const WAIT_RECHECK: Duration = Duration::from_secs(2);
-
-/// Until a hint names `task`, or says hints were lost.
-async fn finish_of(hints: &mut tenax::storage::FinishReceiver, task: TaskId) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        match hints.recv().await {
-            Ok(tenax::storage::FinishHint::Task(id)) if id != task => {}
-            Ok(_) | Err(RecvError::Lagged(_)) => return,
-            // The listener is gone: only the recheck wakes this wait now.
-            Err(RecvError::Closed) => std::future::pending::<()>().await,
-        }
-    }
-}
-
-/// Ends a registered wait however the request ends (an answer, an error, a client
-/// that went away).
-struct WaitEnd {
-    storage: std::sync::Arc<dyn tenax::storage::Storage>,
-    waiter: String,
-}
-
-impl Drop for WaitEnd {
-    fn drop(&mut self) {
-        let storage = self.storage.clone();
-        let waiter = std::mem::take(&mut self.waiter);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(e) = storage.task_wait_end(&waiter).await {
-                    tracing::warn!(error = %e, "ending a wait failed; its row goes within an hour");
-                }
-            });
-        }
-    }
 }
 
 /// Cancel a task (a running one is asked to stop and returned still running).

@@ -65,14 +65,16 @@ mod rates;
 mod rows;
 mod runtime;
 mod schedules;
+mod schema;
 mod transactional;
+mod waits;
 mod workflows;
 
 pub(crate) use errors::map_err;
 pub use insert::{enqueue_in, enqueue_many_in};
 use listen::listen;
-mod waits;
 use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
+use schema::take_schema;
 pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
 
@@ -150,42 +152,6 @@ impl Drop for PgStorage {
             listener.abort();
         }
     }
-}
-
-/// Split `schema=NAME` off a URL's query string.
-fn take_schema(url: &str) -> Result<(String, Option<String>)> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut schema = None;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.strip_prefix("schema=") {
-            Some(name) => schema = Some(name.to_owned()),
-            None => rest.push(pair),
-        }
-    }
-    if let Some(name) = &schema {
-        let valid = !name.is_empty()
-            && name.len() <= 63
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            && !name.starts_with(|c: char| c.is_ascii_digit());
-        if !valid {
-            return Err(InvalidInput::new(
-                "schema",
-                format!("{name:?}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit"),
-            )
-            .into());
-        }
-    }
-    let url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    Ok((url, schema))
 }
 
 impl PgStorage {
