@@ -107,6 +107,19 @@ fn start_with(dir: &Path, config: &Path) -> Server {
 }
 
 /// One HTTP/1.1 request over a plain socket: the status and the body.
+/// Run `tenax` with `args`; it must succeed.
+fn tenax_ok(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tenax {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
@@ -327,15 +340,7 @@ async fn every_way_in_stores_the_same_task_defaults() {
     );
     assert_eq!(status, 201, "{body}");
     let api: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
-        .args(["--database-url", &url, "enqueue", "echo"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tenax_ok(&["--database-url", &url, "enqueue", "echo"]);
     let (status, body) = http(
         &server.addr,
         "POST",
@@ -344,16 +349,16 @@ async fn every_way_in_stores_the_same_task_defaults() {
         r#"{"name": "defaults", "command_type": "echo", "every_secs": 1}"#,
     );
     assert_eq!(status, 201, "{body}");
-    let out = Command::new(env!("CARGO_BIN_EXE_tenax"))
-        .args(["--database-url", &url, "schedules", "add", "by-cli", "echo"])
-        .args(["--every", "1s"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tenax_ok(&[
+        "--database-url",
+        &url,
+        "schedules",
+        "add",
+        "by-cli",
+        "echo",
+        "--every",
+        "1s",
+    ]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let tasks = loop {
         let tasks = client

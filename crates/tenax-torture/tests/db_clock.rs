@@ -294,8 +294,9 @@ async fn steps_of_the_database_clock_run_nothing_twice_on_postgres() {
     steps_of_the_database_clock(&pg.url(), &clock).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steps_of_the_database_clock_run_nothing_twice_on_mariadb() {
+/// A clock and a private MariaDB under it; `None` (after saying why) where the server
+/// binaries or libfaketime are missing and not required.
+fn stepped_mariadb() -> Option<(DbClock, PrivateMariadb)> {
     if !required(
         tenax_torture::private_mariadb::available(),
         "no MariaDB server binaries for a private instance",
@@ -303,10 +304,18 @@ async fn steps_of_the_database_clock_run_nothing_twice_on_mariadb() {
         tenax_torture::fleet::libfaketime().is_some(),
         "libfaketime is not installed (apt-get install faketime)",
     ) {
-        return;
+        return None;
     }
     let clock = DbClock::new().unwrap();
     let db = tokio::task::block_in_place(|| PrivateMariadb::start_with_clock(&clock)).unwrap();
+    Some((clock, db))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_of_the_database_clock_run_nothing_twice_on_mariadb() {
+    let Some((clock, db)) = stepped_mariadb() else {
+        return;
+    };
     steps_of_the_database_clock(&db.url(), &clock).await;
 }
 
@@ -316,17 +325,9 @@ async fn steps_of_the_database_clock_run_nothing_twice_on_mariadb() {
 /// threads: a claim then granted a lease already expired by the stepped clock.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_of_a_stepped_mariadb_reads_the_stepped_clock() {
-    if !required(
-        tenax_torture::private_mariadb::available(),
-        "no MariaDB server binaries for a private instance",
-    ) || !required(
-        tenax_torture::fleet::libfaketime().is_some(),
-        "libfaketime is not installed (apt-get install faketime)",
-    ) {
+    let Some((clock, db)) = stepped_mariadb() else {
         return;
-    }
-    let clock = DbClock::new().unwrap();
-    let db = tokio::task::block_in_place(|| PrivateMariadb::start_with_clock(&clock)).unwrap();
+    };
     let storage = tenax::storage::connect(&db.url()).await.unwrap();
     let mut reads = 0usize;
     let mut wrong = Vec::new();
