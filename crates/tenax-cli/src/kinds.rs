@@ -100,8 +100,7 @@ impl Kinds {
         Ok(())
     }
 
-    /// The configured senders, to run beside the worker (or alone, under
-    /// `tenax serve --no-workers`, where only the event sequencer runs).
+    /// The configured senders and the event sequencer, to run beside the worker.
     pub(crate) fn deliveries(&self) -> anyhow::Result<Deliveries> {
         Ok(Deliveries::new()
             .with_callbacks(self.callbacks.clone())?

@@ -266,7 +266,8 @@ pub(crate) async fn run_on(
     if let Some(path) = &args.ledger {
         worker = worker.with_hook(Arc::new(tenax_ledger::Ledger::open(path).await?));
     }
-    // The senders run beside the worker and stop after its last outcome is written.
+    // The senders run beside the worker and stop after its last outcome is committed;
+    // what is left in the outbox waits for the next sender.
     let ran = worker.run(shutdown).await;
     sampler.cancel();
     ran?;

@@ -36,16 +36,31 @@ use crate::events::{EventsConfig, Sequencer};
 use crate::{AlertsConfig, CallbacksConfig, ConfigError};
 
 /// The senders of one process, each configured and checked; a
-/// [`tenax_runtime::Service`] for [`tenax_runtime::Worker::with_service`]. Without
-/// any table it runs the event sequencer only (the stream needs positions given
-/// somewhere, and each node takes part under a database lease).
-#[derive(Debug, Clone)]
+/// [`tenax_runtime::Service`] for [`tenax_runtime::Worker::with_service`]. Each
+/// runs only when configured: callbacks with an allowed host, alerts with a webhook,
+/// the event sequencer (and its relays) with [`Deliveries::with_events`].
+#[derive(Clone)]
 pub struct Deliveries {
     callbacks: CallbacksConfig,
     alerts: AlertsConfig,
-    events: EventsConfig,
+    /// The sequencer takes part in the event lease, and prunes events by its
+    /// settings, so it runs only where asked for: every node that runs one must
+    /// know the relays.
+    events: Option<EventsConfig>,
     /// This node's name in the event lease.
     holder: String,
+}
+
+impl std::fmt::Debug for Deliveries {
+    /// The kinds and hosts only: the configurations hold secrets (the signing key,
+    /// the webhook URL, broker credentials).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deliveries")
+            .field("kinds", &self.kinds())
+            .field("callback_hosts", &self.callbacks.allow_hosts)
+            .field("events", &self.events.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Deliveries {
@@ -55,12 +70,12 @@ impl Default for Deliveries {
 }
 
 impl Deliveries {
-    /// The event sequencer only; add senders with the `with_` methods.
+    /// Nothing yet; add senders with the `with_` methods.
     pub fn new() -> Self {
         Self {
             callbacks: CallbacksConfig::default(),
             alerts: AlertsConfig::default(),
-            events: EventsConfig::default(),
+            events: None,
             holder: format!(
                 "{}-{}-{:08x}",
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "node".to_owned()),
@@ -73,6 +88,7 @@ impl Deliveries {
     /// Deliver completion callbacks (on when some host is allowed).
     pub fn with_callbacks(mut self, callbacks: CallbacksConfig) -> Result<Self, ConfigError> {
         callbacks.validate()?;
+        check_client("callbacks", callbacks.timeout)?;
         self.callbacks = callbacks;
         Ok(self)
     }
@@ -81,12 +97,15 @@ impl Deliveries {
     /// when a webhook is given).
     pub fn with_alerts(mut self, alerts: AlertsConfig) -> Result<Self, ConfigError> {
         alerts.validate()?;
+        check_client("alerts", alerts.timeout)?;
         self.alerts = alerts;
         Ok(self)
     }
 
     /// Sequence task events with these settings, and relay them where a relay is set
-    /// (a relay needs the cargo feature of its broker).
+    /// (a relay needs the cargo feature of its broker). Every node that runs a
+    /// sequencer must be given the same relays: the one holding the lease prunes
+    /// events no configured relay still needs.
     pub fn with_events(mut self, events: EventsConfig) -> Result<Self, ConfigError> {
         events.validate()?;
         #[cfg(not(feature = "nats"))]
@@ -103,7 +122,7 @@ impl Deliveries {
                 "this build has no RabbitMQ support (cargo feature `rabbitmq`)",
             ));
         }
-        self.events = events;
+        self.events = Some(events);
         Ok(self)
     }
 
@@ -119,7 +138,7 @@ impl Deliveries {
         kinds
     }
 
-    /// Run every configured sender until `stop`, and wait for each to settle its last
+    /// Run every configured sender until `stop`, and wait for each to finish its last
     /// attempt. A sender that cannot start is logged; the others run.
     pub async fn run_until(self, storage: Arc<dyn Storage>, stop: CancellationToken) {
         let mut senders = JoinSet::new();
@@ -163,19 +182,22 @@ impl Deliveries {
         stop: &CancellationToken,
         senders: &mut JoinSet<()>,
     ) {
+        let Some(events) = &self.events else {
+            return;
+        };
         #[cfg(feature = "nats")]
-        if let Some(nats) = self.events.nats.clone() {
+        if let Some(nats) = events.nats.clone() {
             tracing::info!(url = %nats.url, stream = %nats.stream, "relaying task events to NATS");
             let relay = crate::events_nats::NatsRelay::new(
                 storage.clone(),
                 self.holder.clone(),
-                self.events.clone(),
+                events.clone(),
                 nats,
             );
             senders.spawn(relay.run(stop.clone()));
         }
         #[cfg(feature = "rabbitmq")]
-        if let Some(rabbit) = self.events.rabbitmq.clone() {
+        if let Some(rabbit) = events.rabbitmq.clone() {
             tracing::info!(
                 url = %rabbit.redacted_url(),
                 exchange = %rabbit.exchange,
@@ -185,7 +207,7 @@ impl Deliveries {
             let relay = crate::events_rabbitmq::RabbitMqRelay::new(
                 storage.clone(),
                 self.holder.clone(),
-                self.events.clone(),
+                events.clone(),
                 rabbit,
             );
             senders.spawn(relay.run(stop.clone()));
@@ -193,11 +215,19 @@ impl Deliveries {
         let sequencer = Sequencer::new(
             storage.clone(),
             self.holder.clone(),
-            self.events.clone(),
-            self.events.relays(),
+            events.clone(),
+            events.relays(),
         );
         senders.spawn(sequencer.run(stop.clone()));
     }
+}
+
+/// Build the HTTP client a sender will use, so that a configuration it cannot run
+/// with is refused before the worker starts.
+fn check_client(table: &str, timeout: std::time::Duration) -> Result<(), ConfigError> {
+    crate::deliver::client(timeout)
+        .map(drop)
+        .map_err(|e| crate::config::config_err(table, format!("cannot build an HTTP client: {e}")))
 }
 
 impl tenax_runtime::Service for Deliveries {

@@ -5,8 +5,9 @@
 //! A service is made ready ([`Service::ready`]) before the worker's first claim,
 //! started by [`Worker::run`](crate::Worker::run) after the worker's own background
 //! loops, and stopped after the worker's last task has finished and its
-//! outcome is committed, so what those last outcomes cause (a callback, an alert) is
-//! still sent before `run` returns.
+//! outcome is committed. A delivery sender stops at once then (an attempt under way
+//! ends first); what the last outcomes wrote to the outbox is durable, and the next
+//! sender of any node delivers it.
 use std::sync::Arc;
 
 use futures::future::BoxFuture;

@@ -146,8 +146,8 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Record that someone waits for task `id` to finish, so that its finish is
     /// pushed to [`Storage::finishes`]; returns the waiter's key for
-    /// [`Storage::task_wait_end`], or `None` where the backend pushes nothing. Call it
-    /// before reading the task: a finish after the read is then pushed.
+    /// [`Storage::task_wait_end`], or `None` where the backend pushes nothing. Read the
+    /// task again after it: a finish is then either seen by that read or pushed.
     async fn task_wait_begin(&self, _id: TaskId) -> Result<Option<String>> {
         Ok(None)
     }

@@ -15,7 +15,7 @@
 //! [`OUTBOX_SENDER_REFRESH`], and before their worker claims anything). A `death` row
 //! is written only while a `death` sender is recorded, so a deployment without alerts
 //! stores none. The pruner forgets a sender silent for [`OUTBOX_SENDER_GRACE`] and
-//! expires the pending rows no recorded sender can take, and
+//! expires the pending rows, older than that, that no recorded sender takes, and
 //! [`Storage::outbox_stats`] counts only rows of recorded kinds: a row that nothing
 //! will send is never reported as a delivery waiting.
 //!
@@ -39,10 +39,12 @@ pub const OUTBOX_ERROR_MAX_BYTES: usize = 2_048;
 pub const CALLBACK_URL_MAX_BYTES: usize = 2_048;
 /// How often a running sender records that it runs.
 pub const OUTBOX_SENDER_REFRESH: Duration = Duration::from_secs(60);
-/// How long a sender may stay silent (a restart, a deploy) before the pruner forgets
-/// it: its kind's rows are then no longer written (deaths) or counted, and those
-/// still pending are expired.
-pub const OUTBOX_SENDER_GRACE: Duration = Duration::from_secs(3600);
+/// How long a sender may stay silent (a restart, a deploy, an outage of every node that
+/// sends) before the pruner forgets it: its kind's rows are then no longer written
+/// (deaths) or counted, and those pending for longer are expired. A day, the default
+/// maximum age of a callback and of an alert: a running sender would have expired
+/// them by then too.
+pub const OUTBOX_SENDER_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// What an outbox row delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -187,7 +187,7 @@ async fn a_library_worker_without_senders_still_prunes_the_outbox() {
         .unwrap();
     let storage = client.storage().clone();
     let config = WorkerConfig {
-        retention: Duration::from_secs(3),
+        retention: Duration::from_secs(5),
         pruner_interval: Duration::from_millis(200),
         ..WorkerConfig::default()
     };

@@ -40,19 +40,13 @@ pub(crate) async fn wait(
         .min(state.config().wait_max);
     let deadline = tokio::time::Instant::now() + timeout;
     let storage = state.storage().clone();
-    // Where the backend pushes finishes, listen before registering and register before
-    // reading: a finish after the read is then heard.
-    let mut finishes = storage.finishes();
-    let mut registered = None;
-    if finishes.is_some() {
-        match storage.task_wait_begin(TaskId(id)).await {
-            Ok(waiter) => registered = waiter.map(|waiter| WaitEnd { storage, waiter }),
-            Err(e) => tracing::warn!(error = %e, task = id, "registering a wait failed; polling"),
-        }
-    }
-    if registered.is_none() {
-        finishes = None;
-    }
+    // Where the backend pushes finishes, a wait of an unfinished task listens, then
+    // registers (the registration waits for a finish in flight to commit), then reads
+    // again: a finish is either seen by that read or heard.
+    let mut finishes = None;
+    // Held to the end of the request: its drop ends the registration.
+    let mut _registration: Option<WaitEnd> = None;
+    let mut may_register = true;
     let mut pause = Duration::from_millis(20);
     loop {
         let task = find(&state, &caller, TaskRef::Id(TaskId(id))).await?;
@@ -68,6 +62,24 @@ pub(crate) async fn wait(
                 StatusCode::ACCEPTED
             };
             return Ok((status, Json(WaitResponse { finished, task })));
+        }
+        if std::mem::take(&mut may_register) {
+            if let Some(hints) = storage.finishes() {
+                match storage.task_wait_begin(TaskId(id)).await {
+                    Ok(Some(waiter)) => {
+                        _registration = Some(WaitEnd {
+                            storage: storage.clone(),
+                            waiter,
+                        });
+                        finishes = Some(hints);
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, task = id, "registering a wait failed; polling");
+                    }
+                }
+            }
         }
         let left = deadline - now;
         match finishes.as_mut() {
@@ -89,7 +101,7 @@ pub(crate) async fn wait(
 }
 
 /// How often a wait woken by finishes reads its task anyway.
-const WAIT_RECHECK: Duration = Duration::from_secs(2);
+const WAIT_RECHECK: Duration = Duration::from_secs(5);
 
 /// Until a hint names `task`, or says hints were lost.
 async fn finish_of(hints: &mut FinishReceiver, task: TaskId) {

@@ -2,10 +2,11 @@
 -- sends here while it runs (`seen_at`, database clock, refreshed every minute), before
 -- its worker claims anything. A death writes its `death` row only while a `death`
 -- sender is recorded, so a deployment without alerts stores none. The pruner forgets a
--- sender silent for longer than its grace, and expires the pending rows that no
--- recorded sender can take; the outbox gauges count only rows a sender can take.
--- Kinds already delivered in this database are recorded as seen now, so an upgrade
--- keeps writing death rows until the upgraded alerter takes over. Additive: a node
+-- sender silent for a day (a delivery's default maximum age), and expires the pending
+-- rows, older than that, of kinds no recorded sender takes; the outbox gauges count
+-- only kinds some sender takes. Kinds delivered before in this database are recorded
+-- as seen now, so a rolling upgrade keeps writing death rows while the nodes of the
+-- previous version (which record nothing) still send them: finish it within a day. Additive: a node
 -- of the previous version never reads the table.
 CREATE TABLE tenax_outbox_senders (
     kind    VARCHAR(16) NOT NULL CHECK (kind IN ('callback', 'death', 'alert')),
@@ -15,9 +16,9 @@ CREATE TABLE tenax_outbox_senders (
 INSERT INTO tenax_outbox_senders (kind, seen_at)
 SELECT DISTINCT kind, UTC_TIMESTAMP(6) FROM tenax_outbox WHERE status = 'delivered';
 
-DROP TRIGGER tenax_outbox_on_finish;
-
-CREATE TRIGGER tenax_outbox_on_finish AFTER UPDATE ON tenax_tasks FOR EACH ROW
+-- Replaced in one statement (MariaDB's CREATE OR REPLACE): a DROP then a CREATE would
+-- each commit, and a finish between them would write no row.
+CREATE OR REPLACE TRIGGER tenax_outbox_on_finish AFTER UPDATE ON tenax_tasks FOR EACH ROW
     INSERT INTO tenax_outbox (delivery_id, kind, task_id, url, body, next_attempt_at, created_at)
     SELECT UUID(), k.kind, NEW.id, IF(k.kind = 'callback', NEW.callback_url, NULL),
            JSON_OBJECT(

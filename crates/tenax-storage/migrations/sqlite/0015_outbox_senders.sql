@@ -2,13 +2,14 @@
 -- sends here while it runs (`seen_at`, database clock, refreshed every minute), before
 -- its worker claims anything. A death writes its `death` row only while a `death`
 -- sender is recorded, so a deployment without alerts stores none. The pruner forgets a
--- sender silent for longer than its grace, and expires the pending rows that no
--- recorded sender can take; the outbox gauges count only rows a sender can take.
--- Kinds already delivered in this database are recorded as seen now, so an upgrade
--- keeps writing death rows until the upgraded alerter takes over. Additive: a node
+-- sender silent for a day (a delivery's default maximum age), and expires the pending
+-- rows, older than that, of kinds no recorded sender takes; the outbox gauges count
+-- only kinds some sender takes. Kinds delivered before in this database are recorded
+-- as seen now, so a rolling upgrade keeps writing death rows while the nodes of the
+-- previous version (which record nothing) still send them: finish it within a day. Additive: a node
 -- of the previous version never reads the table.
 CREATE TABLE tenax_outbox_senders (
-    kind    TEXT    PRIMARY KEY CHECK (kind IN ('callback', 'death', 'alert')),
+    kind    TEXT    NOT NULL PRIMARY KEY CHECK (kind IN ('callback', 'death', 'alert')),
     seen_at INTEGER NOT NULL
 );
 INSERT INTO tenax_outbox_senders (kind, seen_at)

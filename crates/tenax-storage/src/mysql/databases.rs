@@ -44,7 +44,10 @@ impl MySqlStorage {
                 .unwrap_or_default();
         let pending: Vec<i64> = migrator()
             .iter()
-            .filter(|m| m.sql.to_ascii_uppercase().contains("CREATE TRIGGER"))
+            .filter(|m| {
+                let sql = m.sql.to_ascii_uppercase();
+                sql.contains("CREATE TRIGGER") || sql.contains("CREATE OR REPLACE TRIGGER")
+            })
             .map(|m| m.version)
             .filter(|v| !applied.contains(v))
             .collect();

@@ -135,7 +135,10 @@ impl PgStorage {
         &self,
         params: &OutboxSendersParams,
     ) -> Result<()> {
-        let kinds: Vec<&str> = params.kinds.iter().map(|k| k.as_str()).collect();
+        // One row per kind: `ON CONFLICT` cannot change a row twice in one statement.
+        let mut kinds: Vec<&str> = params.kinds.iter().map(|k| k.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
         sqlx::query(&format!(
             "INSERT INTO tenax_outbox_senders (kind, seen_at)
              SELECT kind, {NOW} FROM unnest($2::text[]) AS kind

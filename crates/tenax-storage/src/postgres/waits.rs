@@ -12,11 +12,17 @@ use crate::error::Result;
 const STALE: &str = "1 hour";
 
 /// Record a waiter of task `id`, deleting rows left by crashed waiters; returns its key.
+///
+/// The row is inserted under a share lock of the task's row: a finish in flight (its
+/// trigger may have looked for waiters before this row existed) holds that row until
+/// it commits, so the insert, and the caller's next read, come after it. A finish
+/// that comes later finds the row.
 pub(super) async fn begin(pool: &PgPool, id: TaskId) -> Result<String> {
     let waiter = uuid::Uuid::now_v7().to_string();
     sqlx::query(&format!(
         "WITH stale AS (DELETE FROM tenax_waits WHERE since < now() - interval '{STALE}')
-         INSERT INTO tenax_waits (waiter, task_id, since) VALUES ($1, $2, now())"
+         INSERT INTO tenax_waits (waiter, task_id, since)
+         SELECT $1, id, now() FROM tenax_tasks WHERE id = $2 FOR SHARE"
     ))
     .bind(&waiter)
     .bind(id.0)
