@@ -194,6 +194,10 @@ async fn on_postgres_waits_are_woken_by_the_finish_not_by_polling() {
         assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
         assert_eq!(answer.body["task"]["status"], "succeeded");
     }
+    eprintln!(
+        "10 waiters: {idle_reads} reads in 3 idle seconds; all answered {:?} after the finish",
+        finished.elapsed()
+    );
     // The next recheck is at least a second away: only the notification answers
     // this fast.
     assert!(
