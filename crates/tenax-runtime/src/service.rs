@@ -14,7 +14,9 @@ use futures::future::BoxFuture;
 use tenax_storage::Storage;
 use tokio_util::sync::CancellationToken;
 
-/// A background part of a worker process; see the [module](self).
+/// A background part of a worker process: made ready ([`Service::ready`]) before the
+/// worker's first claim, started by [`Worker::run`](crate::Worker::run), and stopped
+/// after the worker's last outcome is committed.
 pub trait Service: Send + Sync + 'static {
     /// A short name for the logs.
     fn name(&self) -> &str;
