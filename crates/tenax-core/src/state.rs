@@ -129,6 +129,15 @@ pub enum Transition {
     ManualRetry,
     /// All parents finished (workflows).
     Unblock,
+    /// An operator retried a dead saga step whose undone steps run again first: it
+    /// waits for them.
+    RetryBehind,
+    /// A retry redrives the workflow: a task its parent's death cancelled waits again.
+    Restore,
+    /// A retry redrives a saga: a step whose work was undone runs again, first.
+    Redo,
+    /// The same, behind an earlier undone step that runs again before it.
+    RedoBehind,
 }
 
 /// Every legal transition: `(from, transition, to)`.
@@ -149,6 +158,10 @@ pub const TRANSITIONS: &[(TaskStatus, Transition, TaskStatus)] = {
         (Running, CancelRunning, Cancelled),
         (Dead, ManualRetry, Pending),
         (Blocked, Unblock, Pending),
+        (Dead, RetryBehind, Blocked),
+        (Cancelled, Restore, Blocked),
+        (Succeeded, Redo, Pending),
+        (Succeeded, RedoBehind, Blocked),
     ]
 };
 
@@ -178,15 +191,26 @@ mod tests {
     }
 
     #[test]
-    fn finished_states_only_leave_by_manual_retry() {
+    fn finished_states_are_left_only_by_an_operators_retry() {
+        use Transition::*;
         for (from, transition, _) in TRANSITIONS {
             if from.is_finished() {
-                assert_eq!(
-                    (*from, *transition),
-                    (TaskStatus::Dead, Transition::ManualRetry)
+                assert!(
+                    matches!(
+                        transition,
+                        ManualRetry | RetryBehind | Restore | Redo | RedoBehind
+                    ),
+                    "{from} left by {transition:?}"
                 );
             }
         }
+        // Only the retried task itself leaves `dead`; the redrive moves the others.
+        assert_eq!(
+            apply(TaskStatus::Cancelled, Restore),
+            Some(TaskStatus::Blocked)
+        );
+        assert_eq!(apply(TaskStatus::Cancelled, ManualRetry), None);
+        assert_eq!(apply(TaskStatus::Succeeded, ManualRetry), None);
     }
 
     #[test]

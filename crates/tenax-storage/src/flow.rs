@@ -231,6 +231,33 @@ pub(crate) trait WorkflowTx: Send {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// The workflow `task` belongs to, its row locked until the transaction ends (SQLite's
+    /// single writer holds it already), so that retries in one workflow decide in turn.
+    fn lock_workflow_of(
+        &mut self,
+        task: TaskId,
+    ) -> impl Future<Output = Result<Option<WorkflowOf>>> + Send;
+
+    /// Run a finished `task` again, if it is still finished and no compensation of it
+    /// runs: `pending` and due at `now` when `waiting` is zero (PostgreSQL also notifies
+    /// its queue), else `blocked` behind `waiting` parents; with a fresh attempt budget
+    /// and no result, error or compensation. Returns it as written.
+    fn rerun(
+        &mut self,
+        task: TaskId,
+        waiting: u32,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<TaskRecord>>> + Send;
+
+    /// Mark the compensation of `task` `pending` again, if `task` is still `dead` under
+    /// `epoch` with a failed compensation; returns whether it was.
+    fn reopen_compensation(
+        &mut self,
+        task: TaskId,
+        epoch: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
     /// Record `state` as the compensation of `task`, if it is still `pending`.
     fn record_compensation(
         &mut self,
@@ -488,8 +515,11 @@ pub(crate) async fn after_finish<T: WorkflowTx + ?Sized>(
                 woke = tx.count_down_children(task.id, now).await? > 0;
             } else {
                 let reason = format!(
-                    "cancelled: task {} (#{}) it depends on ended {}",
-                    task.task_no, task.id, task.status
+                    "{}{} (#{}) it depends on ended {}",
+                    crate::redrive::CASCADE,
+                    task.task_no,
+                    task.id,
+                    task.status
                 );
                 tx.cancel_dependents(task.id, &reason, now).await?;
             }

@@ -43,6 +43,7 @@ pub mod postgres;
 mod prune;
 mod queue_stats;
 mod rates;
+mod redrive;
 mod schedules;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

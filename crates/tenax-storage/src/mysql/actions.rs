@@ -2,15 +2,15 @@
 //! running one by request), retry (a dead task, or a dead compensation), and prune. One
 //! attempt each: `retrying` runs them again after a lock conflict.
 use sqlx::{QueryBuilder, Row};
-use tenax_core::{CompensationState, TaskKind, TaskRecord, TaskStatus};
+use tenax_core::{TaskKind, TaskRecord, TaskStatus};
 
 use super::{
     clock, fetch_id, fetch_ref, map_err, minus, push_list, runtime, Lock, MySqlStorage, FINISHED,
 };
 use crate::common::refusal;
 use crate::error::{Result, StorageError};
-use crate::flow;
 use crate::params::{TaskActionParams, TaskPruneParams};
+use crate::{flow, redrive};
 
 impl MySqlStorage {
     pub(super) async fn cancel_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
@@ -67,58 +67,11 @@ impl MySqlStorage {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
-        // A dead task whose compensation still runs is not retried: undoing and redoing
-        // at the same time would race.
-        let Some(task) = current.clone().filter(|t| {
-            t.status == TaskStatus::Dead && t.compensation != Some(CompensationState::Pending)
-        }) else {
-            tx.rollback().await.map_err(map_err)?;
-            if let Some(task) = &current {
-                if task.status == TaskStatus::Dead {
-                    return Err(StorageError::InvalidState {
-                        task: params.task.to_string(),
-                        status: task.status,
-                        action: "retry it while its compensation runs",
-                    });
-                }
-            }
-            return Err(refusal(&params.task, current, "retry it"));
-        };
-        sqlx::query(
-            "UPDATE tenax_tasks
-             SET status = 'pending', attempt = 0, run_at = ?, finished_at = NULL,
-                 compensation = NULL, result = NULL, updated_at = ?
-             WHERE id = ? AND status = 'dead'
-               AND (compensation IS NULL OR compensation <> 'pending')",
-        )
-        .bind(now)
-        .bind(now)
-        .bind(task.id.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-            // The compensation runs again: its parent waits for it again, but only
-            // if the parent is still the dead task it compensates.
-            let reopened = sqlx::query(
-                "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
-                 WHERE id = ? AND status = 'dead' AND compensation = 'failed'
-                   AND lease_epoch = ?",
-            )
-            .bind(now)
-            .bind(parent.0)
-            .bind(crate::common::compensated_epoch(&task))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if reopened.rows_affected() != 1 {
-                tx.rollback().await.map_err(map_err)?;
-                return Err(crate::common::stale_compensation(&params.task));
-            }
-        }
-        let task = fetch_id(&mut tx, task.id).await?;
+        let (task, woke) = redrive::retry(&mut *tx, &params.task, current, now.and_utc()).await??;
         tx.commit().await.map_err(map_err)?;
-        self.wake();
+        if woke {
+            self.wake();
+        }
         Ok(task)
     }
 

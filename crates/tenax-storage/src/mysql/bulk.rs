@@ -10,8 +10,8 @@ use sqlx::{MySql, QueryBuilder, Transaction};
 use super::{clock, map_err, push_list, retrying, storable, DbTime, MySqlStorage};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::error::Result;
-use crate::flow;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
+use crate::{flow, redrive};
 
 /// Append `WHERE id IN (<the pick>)`: the tasks in `statuses` matching the filter and
 /// `extra`, lowest ids first, at most `limit`.
@@ -147,11 +147,32 @@ impl MySqlStorage {
                              updated_at = ",
                         )
                         .push_bind(now);
-                    let guard = " AND kind = 'execute' \
+                    let guard = " AND kind = 'execute' AND workflow_id IS NULL \
                                  AND (compensation IS NULL OR compensation <> 'pending')";
                     push_pick(&mut qb, params, &statuses, guard, limit, None);
                     qb.push(" AND status = 'dead'").push(guard);
                     changed = run(&mut tx, qb).await?;
+                    // Workflow tasks and compensations one by one, as task_retry (their
+                    // workflow is redriven).
+                    let mut qb = QueryBuilder::new("SELECT id FROM tenax_tasks");
+                    push_pick(
+                        &mut qb,
+                        params,
+                        &statuses,
+                        " AND (kind = 'compensate' OR workflow_id IS NOT NULL) \
+                          AND (compensation IS NULL OR compensation <> 'pending')",
+                        limit - changed,
+                        None,
+                    );
+                    qb.push(" AND status = 'dead' ORDER BY id FOR UPDATE");
+                    let ids: Vec<i64> = qb
+                        .build_query_scalar()
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                    let (more, due) = redrive::retry_each(&mut *tx, &ids, now.and_utc()).await?;
+                    changed += more;
+                    woke = due;
                 }
                 TaskBulkOutcome {
                     changed,

@@ -279,6 +279,77 @@ impl WorkflowTx for MySqlConnection {
         Ok(())
     }
 
+    async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
+        let row = sqlx::query(
+            "SELECT id, kind, policy, state FROM tenax_workflows
+             WHERE id = (SELECT workflow_id FROM tenax_tasks WHERE id = ?)
+             FOR UPDATE",
+        )
+        .bind(task.0)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else { return Ok(None) };
+        WorkflowOf::parse(
+            row.try_get("id").map_err(map_err)?,
+            &text(&row, "kind")?,
+            &text(&row, "policy")?,
+            &text(&row, "state")?,
+        )
+        .map(Some)
+    }
+
+    async fn rerun(
+        &mut self,
+        task: TaskId,
+        waiting: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Option<TaskRecord>> {
+        let now = storable(now);
+        // MariaDB assigns left to right, each seeing the ones before: `last_error` reads
+        // the old status, so it comes first.
+        let rerun = sqlx::query(
+            "UPDATE tenax_tasks
+             SET last_error = CASE WHEN status = 'cancelled' THEN NULL ELSE last_error END,
+                 status = CASE WHEN ? = 0 THEN 'pending' ELSE 'blocked' END,
+                 waiting_parents = ?, attempt = 0, run_at = ?, finished_at = NULL,
+                 compensation = NULL, result = NULL, updated_at = ?
+             WHERE id = ? AND status IN ('succeeded', 'dead', 'cancelled')
+               AND (compensation IS NULL OR compensation <> 'pending')",
+        )
+        .bind(i64::from(waiting))
+        .bind(i64::from(waiting))
+        .bind(now)
+        .bind(now)
+        .bind(task.0)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        if rerun.rows_affected() != 1 {
+            return Ok(None);
+        }
+        fetch_ref(&mut *self, &TaskRef::Id(task), Lock::No).await
+    }
+
+    async fn reopen_compensation(
+        &mut self,
+        task: TaskId,
+        epoch: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let reopened = sqlx::query(
+            "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
+             WHERE id = ? AND status = 'dead' AND compensation = 'failed' AND lease_epoch = ?",
+        )
+        .bind(storable(now))
+        .bind(task.0)
+        .bind(epoch)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(reopened.rows_affected() == 1)
+    }
+
     async fn record_compensation(
         &mut self,
         task: TaskId,

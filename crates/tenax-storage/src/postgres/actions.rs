@@ -3,11 +3,11 @@
 use tenax_core::{TaskKind, TaskRecord, TaskStatus};
 
 use super::rows::{task_from_row, TASK_COLUMNS};
-use super::{fetch_ref, map_err, notify, runtime, written_at, PgStorage, NOW};
-use crate::common::{compensated_epoch, duration_ms, refusal, split_ref, stale_compensation};
+use super::{clock, fetch_ref, map_err, runtime, written_at, PgStorage, NOW};
+use crate::common::{duration_ms, refusal, split_ref};
 use crate::error::{Result, StorageError};
-use crate::flow;
 use crate::params::{TaskActionParams, TaskPruneParams};
+use crate::{flow, redrive};
 
 impl PgStorage {
     pub(super) async fn cancel_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
@@ -59,61 +59,16 @@ impl PgStorage {
     }
 
     pub(super) async fn retry_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let (by_id, by_no) = split_ref(&params.task);
         self.timed(async {
             let mut tx = self.begin().await?;
-            // A dead task whose compensation still runs is not retried: undoing and
-            // redoing at the same time would race.
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = 'pending', attempt = 0, run_at = {NOW}, finished_at = NULL,
-                     compensation = NULL, result = NULL, updated_at = {NOW}
-                 WHERE (id = $2 OR task_no = $3) AND status = 'dead'
-                   AND (compensation IS NULL OR compensation != 'pending')
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(by_id)
-            .bind(by_no)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some(row) = row {
-                let task = task_from_row(&row)?;
-                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again, but only
-                    // if the parent is still the dead task it compensates.
-                    let reopened = sqlx::query(&format!(
-                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = {NOW}
-                         WHERE id = $2 AND status = 'dead' AND compensation = 'failed'
-                           AND lease_epoch = $3"
-                    ))
-                    .bind(params.now)
-                    .bind(parent.0)
-                    .bind(compensated_epoch(&task))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    if reopened.rows_affected() != 1 {
-                        tx.rollback().await.map_err(map_err)?;
-                        return Err(stale_compensation(&params.task));
-                    }
-                }
-                notify(&mut tx, &task.queue).await?;
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                return Ok(task);
-            }
+            let now = clock(&mut tx, params.now).await?;
             let current = fetch_ref(&mut *tx, &params.task).await?;
-            tx.rollback().await.map_err(map_err)?;
-            if let Some(task) = current.as_ref().filter(|t| t.status == TaskStatus::Dead) {
-                return Err(StorageError::InvalidState {
-                    task: params.task.to_string(),
-                    status: task.status,
-                    action: "retry it while its compensation runs",
-                });
+            let (task, woke) = redrive::retry(&mut *tx, &params.task, current, now).await??;
+            tx.commit().await.map_err(map_err)?;
+            if woke {
+                self.wake();
             }
-            Err(refusal(&params.task, current, "retry it"))
+            Ok(task)
         })
         .await
     }

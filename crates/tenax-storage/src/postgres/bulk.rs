@@ -7,8 +7,8 @@ use sqlx::{Postgres, Row, Transaction};
 use super::{clock, map_err, notify, PgStorage, NOW};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::error::Result;
-use crate::flow;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
+use crate::{flow, redrive};
 
 /// The filter's conditions. Parameters: $2 the statuses, $3 the type, $4 the queue, $5
 /// the ids (or NULL), $6 and $7 the creation bounds, $8 the limit.
@@ -139,8 +139,10 @@ impl PgStorage {
                     outcome.cancel_requested = total(&requested);
                 }
                 BulkAction::Retry => {
-                    // As task_retry: a dead task whose compensation still runs is not
-                    // retried.
+                    // Tasks of no workflow in one statement; workflow tasks and
+                    // compensations one by one, as task_retry (their workflow is
+                    // redriven).
+                    let statuses = statuses_for(params, false);
                     let retried = apply(
                         &mut tx,
                         &by_queue(&format!(
@@ -148,14 +150,14 @@ impl PgStorage {
                              SET status = 'pending', attempt = 0, run_at = {NOW},
                                  finished_at = NULL, compensation = NULL, result = NULL,
                                  updated_at = {NOW}
-                             WHERE id IN ({PICK} AND kind = 'execute'
+                             WHERE id IN ({PICK} AND kind = 'execute' AND workflow_id IS NULL
                                             AND (compensation IS NULL OR compensation != 'pending')
                                           ORDER BY id LIMIT $8)
-                               AND status = 'dead' AND kind = 'execute'
+                               AND status = 'dead' AND kind = 'execute' AND workflow_id IS NULL
                                AND (compensation IS NULL OR compensation != 'pending')"
                         )),
                         params,
-                        &statuses_for(params, false),
+                        &statuses,
                         limit,
                         None,
                     )
@@ -163,6 +165,30 @@ impl PgStorage {
                     outcome.changed = total(&retried);
                     for (queue, _) in &retried {
                         notify(&mut tx, queue).await?;
+                    }
+                    let rest = apply(
+                        &mut tx,
+                        &format!(
+                            "SELECT queue, id FROM tenax_tasks
+                             WHERE id IN ({PICK} AND status = 'dead'
+                                            AND (kind = 'compensate' OR workflow_id IS NOT NULL)
+                                            AND (compensation IS NULL OR compensation != 'pending')
+                                          ORDER BY id LIMIT $8)
+                               AND COALESCE($1::timestamptz, now()) IS NOT NULL
+                             ORDER BY id"
+                        ),
+                        params,
+                        &statuses,
+                        limit - outcome.changed,
+                        None,
+                    )
+                    .await?;
+                    if !rest.is_empty() {
+                        let ids: Vec<i64> = rest.iter().map(|(_, id)| *id).collect();
+                        let now = clock(&mut tx, params.now).await?;
+                        let (changed, due) = redrive::retry_each(&mut *tx, &ids, now).await?;
+                        outcome.changed += changed;
+                        woke |= due;
                     }
                 }
                 BulkAction::Reprioritise(priority) => {

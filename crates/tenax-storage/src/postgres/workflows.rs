@@ -270,6 +270,71 @@ impl WorkflowTx for PgConnection {
         notify(self, &dead.queue).await
     }
 
+    async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
+        let row: Option<(i64, String, String, String)> = sqlx::query_as(
+            "SELECT id, kind, policy, state FROM tenax_workflows
+             WHERE id = (SELECT workflow_id FROM tenax_tasks WHERE id = $1)
+             FOR UPDATE",
+        )
+        .bind(task.0)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.map(|(id, kind, policy, state)| WorkflowOf::parse(id, &kind, &policy, &state))
+            .transpose()
+    }
+
+    async fn rerun(
+        &mut self,
+        task: TaskId,
+        waiting: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Option<TaskRecord>> {
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = CASE WHEN $3 = 0 THEN 'pending' ELSE 'blocked' END,
+                 waiting_parents = $3, attempt = 0, run_at = {NOW}, finished_at = NULL,
+                 compensation = NULL, result = NULL, updated_at = {NOW},
+                 last_error = CASE WHEN status = 'cancelled' THEN NULL ELSE last_error END
+             WHERE id = $2 AND status IN ('succeeded', 'dead', 'cancelled')
+               AND (compensation IS NULL OR compensation != 'pending')
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(task.0)
+        .bind(i32::try_from(waiting).unwrap_or(i32::MAX))
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let task = task_from_row(&row)?;
+        if waiting == 0 {
+            notify(self, &task.queue).await?;
+        }
+        Ok(Some(task))
+    }
+
+    async fn reopen_compensation(
+        &mut self,
+        task: TaskId,
+        epoch: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let reopened = sqlx::query(&format!(
+            "UPDATE tenax_tasks SET compensation = 'pending', updated_at = {NOW}
+             WHERE id = $2 AND status = 'dead' AND compensation = 'failed' AND lease_epoch = $3"
+        ))
+        .bind(now)
+        .bind(task.0)
+        .bind(epoch)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(reopened.rows_affected() == 1)
+    }
+
     async fn record_compensation(
         &mut self,
         task: TaskId,

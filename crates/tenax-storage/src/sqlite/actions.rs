@@ -4,12 +4,10 @@ use tenax_core::{TaskKind, TaskRecord, TaskStatus};
 
 use super::rows::{ms, task_from_row, TASK_COLUMNS};
 use super::{clock, fetch_ref, map_err, runtime, SqliteStorage};
-use crate::common::{
-    compensated_epoch, duration_ms, json_list, refusal, split_ref, stale_compensation,
-};
+use crate::common::{duration_ms, json_list, refusal, split_ref};
 use crate::error::{Result, StorageError};
-use crate::flow;
 use crate::params::{TaskActionParams, TaskPruneParams};
+use crate::{flow, redrive};
 
 impl SqliteStorage {
     pub(super) async fn cancel_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
@@ -66,65 +64,13 @@ impl SqliteStorage {
     pub(super) async fn retry_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let (by_id, by_no) = split_ref(&params.task);
-        // A dead task whose compensation still runs is not retried: undoing and redoing
-        // at the same time would race.
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks
-             SET status = 'pending', attempt = 0, run_at = ?1, finished_at = NULL,
-                 compensation = NULL, result = NULL, updated_at = ?1
-             WHERE (id = ?2 OR task_no = ?3) AND status = 'dead'
-               AND (compensation IS NULL OR compensation != 'pending')
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(by_id)
-        .bind(by_no)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => {
-                let task = task_from_row(&row)?;
-                if let (TaskKind::Compensate, Some(parent)) = (task.kind, task.parent_id) {
-                    // The compensation runs again: its parent waits for it again, but only
-                    // if the parent is still the dead task it compensates (not retried
-                    // since, which would make this compensation undo a newer run).
-                    let reopened = sqlx::query(
-                        "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
-                         WHERE id = ? AND status = 'dead' AND compensation = 'failed'
-                           AND lease_epoch = ?",
-                    )
-                    .bind(now)
-                    .bind(parent.0)
-                    .bind(compensated_epoch(&task))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    if reopened.rows_affected() != 1 {
-                        tx.rollback().await.map_err(map_err)?;
-                        return Err(stale_compensation(&params.task));
-                    }
-                }
-                tx.commit().await.map_err(map_err)?;
-                self.wake();
-                Ok(task)
-            }
-            None => {
-                let current = fetch_ref(&mut *tx, &params.task).await?;
-                tx.rollback().await.map_err(map_err)?;
-                if let Some(task) = &current {
-                    if task.status == TaskStatus::Dead {
-                        return Err(StorageError::InvalidState {
-                            task: params.task.to_string(),
-                            status: task.status,
-                            action: "retry it while its compensation runs",
-                        });
-                    }
-                }
-                Err(refusal(&params.task, current, "retry it"))
-            }
+        let current = fetch_ref(&mut *tx, &params.task).await?;
+        let (task, woke) = redrive::retry(&mut *tx, &params.task, current, ms(now)?).await??;
+        tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
         }
+        Ok(task)
     }
 
     pub(super) async fn prune_impl(&self, params: &TaskPruneParams) -> Result<u64> {

@@ -8,8 +8,8 @@ use super::{clock, map_err, SqliteStorage};
 use crate::bulk::{statuses_for, validate_bulk};
 use crate::common::json_list;
 use crate::error::Result;
-use crate::flow;
 use crate::params::{BulkAction, TaskBulkOutcome, TaskBulkParams};
+use crate::{flow, redrive};
 
 /// The filter's conditions. Parameters: ?2 the statuses (JSON list), ?3 the type, ?4
 /// the queue, ?5 the ids (JSON list or NULL), ?6 and ?7 the creation bounds (ms), ?8 the
@@ -138,17 +138,18 @@ impl SqliteStorage {
                 .await?;
             }
             BulkAction::Retry => {
-                // As task_retry: a dead task whose compensation still runs is not retried.
+                // Tasks of no workflow in one statement; workflow tasks and compensations
+                // one by one, as task_retry (their workflow is redriven).
                 outcome.changed = apply(
                     &mut tx,
                     &format!(
                         "UPDATE tenax_tasks
                          SET status = 'pending', attempt = 0, run_at = ?1, finished_at = NULL,
                              compensation = NULL, result = NULL, updated_at = ?1
-                         WHERE id IN ({PICK} AND kind = 'execute'
+                         WHERE id IN ({PICK} AND kind = 'execute' AND workflow_id IS NULL
                                         AND (compensation IS NULL OR compensation != 'pending')
                                       ORDER BY id LIMIT ?8)
-                           AND status = 'dead' AND kind = 'execute'
+                           AND status = 'dead' AND kind = 'execute' AND workflow_id IS NULL
                            AND (compensation IS NULL OR compensation != 'pending')"
                     ),
                     params,
@@ -158,6 +159,26 @@ impl SqliteStorage {
                     None,
                 )
                 .await?;
+                let statuses = statuses_for(params, false);
+                let rest = limit - outcome.changed;
+                if !statuses.is_empty() && rest > 0 {
+                    let sql = format!(
+                        "{PICK} AND status = 'dead' AND (kind = 'compensate' OR workflow_id IS NOT NULL)
+                           AND (compensation IS NULL OR compensation != 'pending')
+                         ORDER BY id LIMIT ?8"
+                    );
+                    let ids: Vec<i64> = bound(&sql, params, &statuses, now, rest, None)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(map_err)?
+                        .iter()
+                        .map(|row| row.try_get(0))
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(map_err)?;
+                    let (changed, due) = redrive::retry_each(&mut *tx, &ids, ms(now)?).await?;
+                    outcome.changed += changed;
+                    woke |= due;
+                }
             }
             BulkAction::Reprioritise(priority) => {
                 outcome.changed = apply(

@@ -229,6 +229,55 @@ impl WorkflowTx for SqliteConnection {
         Ok(())
     }
 
+    async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
+        // The transaction is `BEGIN IMMEDIATE`: it holds the one write lock already.
+        self.workflow_of(task).await
+    }
+
+    async fn rerun(
+        &mut self,
+        task: TaskId,
+        waiting: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Option<TaskRecord>> {
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = CASE WHEN ?3 = 0 THEN 'pending' ELSE 'blocked' END,
+                 waiting_parents = ?3, attempt = 0, run_at = ?1, finished_at = NULL,
+                 compensation = NULL, result = NULL, updated_at = ?1,
+                 last_error = CASE WHEN status = 'cancelled' THEN NULL ELSE last_error END
+             WHERE id = ?2 AND status IN ('succeeded', 'dead', 'cancelled')
+               AND (compensation IS NULL OR compensation != 'pending')
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(now.timestamp_millis())
+        .bind(task.0)
+        .bind(i64::from(waiting))
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    async fn reopen_compensation(
+        &mut self,
+        task: TaskId,
+        epoch: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let reopened = sqlx::query(
+            "UPDATE tenax_tasks SET compensation = 'pending', updated_at = ?
+             WHERE id = ? AND status = 'dead' AND compensation = 'failed' AND lease_epoch = ?",
+        )
+        .bind(now.timestamp_millis())
+        .bind(task.0)
+        .bind(epoch)
+        .execute(&mut *self)
+        .await
+        .map_err(map_err)?;
+        Ok(reopened.rows_affected() == 1)
+    }
+
     async fn record_compensation(
         &mut self,
         task: TaskId,

@@ -33,6 +33,7 @@ pub use super::queues::*;
 pub use super::races::*;
 pub use super::rates::*;
 pub use super::reaper::*;
+pub use super::redrive::*;
 pub use super::runtime::*;
 pub use super::workflows::{
     a_child_waits_blocked_until_all_its_parents_succeeded,

@@ -35,6 +35,7 @@ mod queues;
 mod races;
 mod rates;
 mod reaper;
+mod redrive;
 pub mod runtime;
 pub mod schedules;
 pub mod secrets;
@@ -334,6 +335,9 @@ macro_rules! conformance_tests {
                 cycles_and_unknown_references_are_refused_and_insert_nothing,
                 a_saga_compensates_the_steps_before_a_dead_step_in_reverse_order,
                 bulk_cancel_of_a_workflow_task_cancels_its_dependents,
+                retrying_a_dead_workflow_step_brings_back_the_dependents_its_death_cancelled,
+                retrying_a_dead_saga_step_runs_its_undone_steps_again_and_resumes_the_chain,
+                bulk_retry_redrives_workflows_and_includes_dead_compensations,
                 a_final_outcome_writes_its_outbox_rows_in_the_same_transaction,
                 outbox_claims_are_settled_only_under_their_own_attempt,
                 an_outbox_retry_past_its_maximum_age_expires,

@@ -42,7 +42,7 @@ fn lease(task: &TaskRecord) -> Lease {
     }
 }
 
-async fn complete(h: &Harness, task: &TaskRecord, result: &str) {
+pub(super) async fn complete(h: &Harness, task: &TaskRecord, result: &str) {
     assert!(h
         .storage
         .task_complete_if_leased(&TaskCompleteParams {
@@ -55,7 +55,7 @@ async fn complete(h: &Harness, task: &TaskRecord, result: &str) {
         .unwrap());
 }
 
-async fn kill(h: &Harness, task: &TaskRecord) {
+pub(super) async fn kill(h: &Harness, task: &TaskRecord) {
     assert!(h
         .storage
         .task_fail_if_leased(&TaskFailParams {
@@ -68,7 +68,7 @@ async fn kill(h: &Harness, task: &TaskRecord) {
         .unwrap());
 }
 
-async fn status_of(h: &Harness, detail: &WorkflowDetail, key: &str) -> TaskStatus {
+pub(super) async fn status_of(h: &Harness, detail: &WorkflowDetail, key: &str) -> TaskStatus {
     let id = detail.tasks.iter().find(|t| t.key == key).unwrap().task.id;
     h.storage
         .task_get(&TaskRef::Id(id))
@@ -78,7 +78,7 @@ async fn status_of(h: &Harness, detail: &WorkflowDetail, key: &str) -> TaskStatu
         .status
 }
 
-fn keys(claimed: &[TaskRecord]) -> Vec<String> {
+pub(super) fn keys(claimed: &[TaskRecord]) -> Vec<String> {
     let mut keys: Vec<String> = claimed
         .iter()
         .map(|t| {
@@ -93,7 +93,7 @@ fn keys(claimed: &[TaskRecord]) -> Vec<String> {
     keys
 }
 
-async fn state(h: &Harness, detail: &WorkflowDetail) -> WorkflowState {
+pub(super) async fn state(h: &Harness, detail: &WorkflowDetail) -> WorkflowState {
     h.storage
         .workflow_get(detail.workflow.id)
         .await
@@ -401,7 +401,7 @@ pub async fn cycles_and_unknown_references_are_refused_and_insert_nothing(h: &Ha
 
 /// Claim the one claimable task, which must be `expected` (a key, or `<key>~` for its
 /// compensation), and finish it.
-async fn step(h: &Harness, expected: &str, succeed: bool) {
+pub(super) async fn step(h: &Harness, expected: &str, succeed: bool) {
     let claimed = h.claim("w", 10, None).await;
     assert_eq!(
         claimed.len(),
