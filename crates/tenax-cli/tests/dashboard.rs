@@ -16,7 +16,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use tenax::storage::{
     FailNext, Lease, QueueChange, QueueUpdateParams, RunAt, ScheduleUpsertParams, Storage,
-    TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams,
+    TaskClaimParams, TaskCompleteParams, TaskFailParams, TaskInsertParams, WorkflowInsertParams,
+    WorkflowKind, WorkflowPolicy, WorkflowTaskParams,
 };
 use tenax::{CompensationState, Priority, Schedule, TaskNo};
 
@@ -142,11 +143,13 @@ async fn compensate_one(storage: &dyn Storage, command_type: &str) {
 struct Seeded {
     dead_plain: i64,
     dead_script: i64,
+    workflow: i64,
 }
 
 /// 3 succeeded, 2 dead (one with `<script>` in its payload) whose compensations
 /// succeeded (so 5 succeeded in all), 1 retrying, 4 pending in the paused queue
-/// `billing`, and an hourly schedule.
+/// `billing`, an hourly schedule, and a workflow of 4 tasks in `flows` (1 pending, 3
+/// blocked).
 async fn seed(url: &str) -> Seeded {
     let storage = tenax::storage::connect(url).await.unwrap();
     let storage = storage.as_ref();
@@ -218,9 +221,33 @@ async fn seed(url: &str) -> Seeded {
         .schedule_upsert(&ScheduleUpsertParams { def, now: None })
         .await
         .unwrap();
+    // A workflow: `load` first, then `bill` and `mail` after it, `report` after both.
+    let step = |key: &str, after: &[&str]| WorkflowTaskParams {
+        key: key.into(),
+        task: insert(&format!("flow-{key}"), "flow_step", "flows", json!({})),
+        after: after.iter().map(|a| (*a).to_owned()).collect(),
+    };
+    let workflow = storage
+        .workflow_insert(&WorkflowInsertParams {
+            name: "month end".into(),
+            kind: WorkflowKind::Dag,
+            policy: WorkflowPolicy::CancelDependents,
+            tasks: vec![
+                step("load", &[]),
+                step("bill", &["load"]),
+                step("mail", &["load"]),
+                step("report", &["bill", "mail"]),
+            ],
+            now: None,
+        })
+        .await
+        .unwrap()
+        .workflow
+        .id;
     Seeded {
         dead_plain,
         dead_script,
+        workflow,
     }
 }
 
@@ -483,8 +510,9 @@ async fn the_dashboard_in_a_real_browser() {
         "retrying",
         "succeeded",
         "dead",
+        "blocked",
         "5",
-        "4",
+        "3",
         "2",
         "1",
     ] {
@@ -518,7 +546,7 @@ async fn the_dashboard_in_a_real_browser() {
     assert!(captions.contains("succeeded 5"), "{captions}");
     assert!(captions.contains("dead 2"), "{captions}");
     assert!(captions.contains("retrying 1"), "{captions}");
-    assert!(captions.contains("pending 4"), "{captions}");
+    assert!(captions.contains("pending 5"), "{captions}");
     assert!(captions.contains("5 succeeded · 2 dead"), "{captions}");
     assert!(captions.contains("billing 4"), "{captions}");
     // Each chart is laid out with a real size (the policy blocked nothing it needs).
@@ -560,6 +588,37 @@ async fn the_dashboard_in_a_real_browser() {
         "next fire time: {schedule_row}"
     );
     screenshot(&client, "schedules").await;
+
+    // A workflow is drawn as a graph: a box per task in its status, an arrow per
+    // dependency, each dependent right of what it waits for.
+    show(
+        &client,
+        &format!("#workflow/{}", seeded.workflow),
+        "workflow",
+    )
+    .await;
+    let boxes = wait_until(
+        &client,
+        "the workflow graph",
+        "const g = Array.from(document.querySelectorAll('svg.workflow-graph g.node')); \
+         return g.length === 4 ? g.map(n => [n.dataset.key, n.getAttribute('class'), \
+         n.querySelector('rect').getBoundingClientRect().x]) : null",
+    )
+    .await;
+    let boxes: Vec<(String, String, f64)> = serde_json::from_value(boxes).unwrap();
+    let x = |key: &str| boxes.iter().find(|b| b.0 == key).unwrap().2;
+    assert!(x("load") < x("bill") && x("bill") == x("mail") && x("mail") < x("report"));
+    assert!(boxes[0].1.contains("status-pending"), "{boxes:?}");
+    assert!(boxes[3].1.contains("status-blocked"), "{boxes:?}");
+    let arrows = client
+        .execute(
+            "return document.querySelectorAll('svg.workflow-graph path.edge').length",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(arrows, json!(4));
+    screenshot(&client, "workflow").await;
 
     // The payload holding a script shows as text; the secret field is hidden.
     show(&client, &format!("#task/{}", seeded.dead_script), "task").await;
@@ -703,6 +762,7 @@ async fn the_dashboard_in_a_real_browser() {
         "dead-tasks",
         "audit",
         "dead-tasks-read-only",
+        "workflow",
     ] {
         assert!(
             screenshots().join(format!("{name}.png")).exists(),

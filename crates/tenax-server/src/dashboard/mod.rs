@@ -34,6 +34,7 @@ use crate::routes::secrets;
 use crate::state::AppState;
 
 mod charts;
+mod graph;
 mod pages;
 
 /// The Content-Security-Policy of every response: scripts, styles and fetches from

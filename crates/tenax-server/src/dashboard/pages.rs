@@ -7,6 +7,7 @@ use tenax::storage::{AuditRecord, EventRule, QueueInfo, RateLimit, WorkflowRecor
 use tenax::TaskStatus;
 
 use super::charts::{self, BarChart, Layout, Series};
+use super::graph;
 use super::{Overview, TaskQuery, Viewer};
 use crate::model::{AttemptView, ScheduleView, TaskView};
 
@@ -601,12 +602,26 @@ pub(super) fn workflow(
     w: &WorkflowRecord,
     tasks: &[(String, Vec<String>, TaskView)],
 ) -> Markup {
+    let nodes: Vec<graph::Node<'_>> = tasks
+        .iter()
+        .map(|(key, parents, t)| graph::Node {
+            id: t.id,
+            key,
+            status: &t.status,
+            parents,
+        })
+        .collect();
     frame(
         viewer,
         "workflow",
         html! {
             h2 { "Workflow " (w.id) ": " (w.name) " " (status_badge(w.state.as_str())) }
             p { (w.kind.as_str()) ", " (w.policy.as_str()) ", created " (time(&w.created_at)) }
+            @if tasks.len() <= graph::MAX_DRAWN {
+                figure.graph { (graph::draw(&nodes)) }
+            } @else {
+                p.muted { (tasks.len()) " tasks: too many to draw, listed below." }
+            }
             table {
                 thead { tr { th { "key" } th { "after" } th { "task" } th { "type" } th { "status" } th { "compensation" } } }
                 tbody {
