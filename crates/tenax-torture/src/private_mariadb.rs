@@ -74,9 +74,14 @@ impl PrivateMariadb {
         } else {
             std::env::var("USER").unwrap_or_else(|_| "nobody".into())
         };
+        // A temporary directory of its own: a starting server deletes every `#sql*`
+        // file in its tmpdir, so servers sharing /tmp delete each other's temporary
+        // tables (and a bootstrap fails with "Unknown table").
+        std::fs::create_dir(dir.path().join("tmp"))?;
         let install = Command::new("mariadb-install-db")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
             .arg(format!("--user={user}"))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .stdin(Stdio::null())
@@ -92,8 +97,26 @@ impl PrivateMariadb {
             binlog,
             env,
         };
-        db.launch()?;
-        Ok(db)
+        // A free port can be taken by another server before this one binds it: then
+        // it exits, and starts again on another.
+        let mut tries = 0;
+        loop {
+            match db.launch() {
+                Ok(()) => return Ok(db),
+                Err(e)
+                    if tries < 2
+                        && db
+                            .server
+                            .as_mut()
+                            .is_some_and(|s| s.try_wait().is_ok_and(|w| w.is_some())) =>
+                {
+                    tries += 1;
+                    tracing::warn!(port = db.port, error = %e, "private MariaDB did not start; another port");
+                    db.port = free_port()?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn launch(&mut self) -> anyhow::Result<()> {
@@ -107,6 +130,7 @@ impl PrivateMariadb {
             .arg("--no-defaults")
             .arg(format!("--datadir={}", d.join("data").display()))
             .arg(format!("--socket={}", d.join("sock").display()))
+            .arg(format!("--tmpdir={}", d.join("tmp").display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(if self.binlog {
@@ -130,18 +154,20 @@ impl PrivateMariadb {
                 .spawn()
                 .context("start mariadbd")?,
         );
-        // Ready when it answers; the same call creates the database (idempotent).
+        // Ready when it answers on its own socket (another server may hold the TCP port
+        // if this one lost the race for it: then this one exits, and is told so); the
+        // same call creates the database (idempotent).
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
+            if let Some(server) = self.server.as_mut() {
+                if let Some(status) = server.try_wait()? {
+                    let log = std::fs::read_to_string(d.join("server.log")).unwrap_or_default();
+                    bail!("mariadbd on port {} exited ({status}):\n{log}", self.port);
+                }
+            }
             let out = Command::new("mariadb")
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-P",
-                    &self.port.to_string(),
-                    "-u",
-                    "root",
-                ])
+                .arg(format!("--socket={}", d.join("sock").display()))
+                .args(["-u", "root"])
                 .args(["-e", "CREATE DATABASE IF NOT EXISTS tenax"])
                 .stdin(Stdio::null())
                 .output()?;
