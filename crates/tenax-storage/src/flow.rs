@@ -231,6 +231,10 @@ pub(crate) trait WorkflowTx: Send {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// A task, by id, its row locked until the transaction ends (SQLite's single writer
+    /// holds every row already).
+    fn lock_task(&mut self, id: TaskId) -> impl Future<Output = Result<Option<TaskRecord>>> + Send;
+
     /// The workflow `task` belongs to, its row locked until the transaction ends (SQLite's
     /// single writer holds it already), so that retries in one workflow decide in turn.
     fn lock_workflow_of(

@@ -16,8 +16,9 @@
 //!   compensating is refused: its compensations would race the steps that run again.
 //!
 //! Every check reads before the first write, so a refusal writes nothing and a bulk
-//! retry can pass over a refused task in the same transaction. The workflow's row is
-//! locked first, so two retries in one workflow decide one after the other.
+//! retry can pass over a refused task in the same transaction. The task's row is
+//! locked first, then its workflow's (the order of the transaction that finishes a
+//! task), so two retries in one workflow decide one after the other.
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -45,6 +46,12 @@ pub(crate) async fn retry<T: WorkflowTx + WorkflowReads + ?Sized>(
     current: Option<TaskRecord>,
     now: DateTime<Utc>,
 ) -> Result<Result<(TaskRecord, bool), Refused>> {
+    // Its row first, then its workflow's: the order of the transaction that finishes a
+    // task, so the two wait for each other instead of deadlocking.
+    let current = match current {
+        Some(read) => tx.lock_task(read.id).await?,
+        None => None,
+    };
     let task = match current {
         Some(task) if task.status == TaskStatus::Dead => task,
         other => return Ok(Err(refusal(asked, other, "retry it"))),
@@ -180,8 +187,9 @@ pub(crate) fn plan(
         if workflow.state == WorkflowState::Compensating {
             return Err("retry a step while its saga compensates");
         }
-        // The steps before it whose work was undone (or may have been) run again
-        // first: they are the ones with a compensation, just before it in the chain.
+        // The steps before it whose compensation ran (it succeeded, died, or had
+        // nothing to undo) run again first, from the earliest: the chain stays in
+        // order. They are the ones with a compensation, just before it in the chain.
         let mut undone = Vec::new();
         let mut step = retried.0;
         while let Some(&[previous]) = parents.get(&step).map(Vec::as_slice) {

@@ -279,6 +279,10 @@ impl WorkflowTx for MySqlConnection {
         Ok(())
     }
 
+    async fn lock_task(&mut self, id: TaskId) -> Result<Option<TaskRecord>> {
+        fetch_ref(&mut *self, &TaskRef::Id(id), Lock::ForUpdate).await
+    }
+
     async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
         let row = sqlx::query(
             "SELECT id, kind, policy, state FROM tenax_workflows

@@ -270,6 +270,17 @@ impl WorkflowTx for PgConnection {
         notify(self, &dead.queue).await
     }
 
+    async fn lock_task(&mut self, id: TaskId) -> Result<Option<TaskRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id = $1 FOR UPDATE"
+        ))
+        .bind(id.0)
+        .fetch_optional(&mut *self)
+        .await
+        .map_err(map_err)?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
     async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
         let row: Option<(i64, String, String, String)> = sqlx::query_as(
             "SELECT id, kind, policy, state FROM tenax_workflows

@@ -229,6 +229,10 @@ impl WorkflowTx for SqliteConnection {
         Ok(())
     }
 
+    async fn lock_task(&mut self, id: TaskId) -> Result<Option<TaskRecord>> {
+        self.task(id).await
+    }
+
     async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
         // The transaction is `BEGIN IMMEDIATE`: it holds the one write lock already.
         self.workflow_of(task).await
