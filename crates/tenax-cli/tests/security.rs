@@ -2155,14 +2155,15 @@ fn battery_sql_text_is_never_formatted_from_input() {
         ("mysql/mod.rs", "lock_wait_secs"),    // an integer from the configuration
         ("mysql/databases.rs", "name"),        // database name checked to [A-Za-z0-9_]
         ("mysql/mod.rs", "lock"),              // Lock::clause(), a constant
-        ("mysql/mod.rs", "columns"),           // list_columns: constants and an integer
+        ("mysql/storage.rs", "columns"),       // list_columns: constants and an integer
         ("mysql/rates.rs", ""),                // marks(n): "?, ?, ..."
         ("mysql/schedules.rs", "lock"),        // Lock::clause(), a constant
         ("postgres/bulk.rs", "update"),        // constant UPDATE text
         ("postgres/insert.rs", "on_conflict"), // Existing::clause(), a constant
         ("postgres/mod.rs", "schema"),         // schema name checked to [a-z0-9_]
-        ("postgres/mod.rs", "columns"),        // list_columns: constants and an integer
-        ("sqlite/mod.rs", "columns"),          // list_columns: constants and an integer
+        ("postgres/storage.rs", "schema"),     // schema name checked to [a-z0-9_]
+        ("postgres/storage.rs", "columns"),    // list_columns: constants and an integer
+        ("sqlite/storage.rs", "columns"),      // list_columns: constants and an integer
         ("postgres/outcomes.rs", "status"),    // a CASE constant
         ("sqlite/outcomes.rs", "status"),      // a CASE constant
         ("sqlite/bench.rs", "status"),         // benchmark fillers (feature `bench`), constants
