@@ -1,9 +1,9 @@
-//! The NATS JetStream relay of task events.
+//! The NATS JetStream relay of task events: its settings and its [`crate::relay::Broker`].
 //!
 //! One node at a time holds the relay's database lease (`relay:nats`); it reads the
 //! sequenced events after its cursor, publishes them one at a time in position order
 //! with a JetStream publish acknowledgement, and moves its cursor (fenced on the
-//! lease's epoch) after each acknowledged batch. Each message carries the event's id
+//! lease's epoch) past the acknowledged ones ([`crate::relay`]). Each message carries the event's id
 //! as `Nats-Msg-Id`, so JetStream drops the copy a relay republishes after a crash
 //! or a lost acknowledgement. A broker outage delays events and loses none: the
 //! cursor stays where the last acknowledgement left it, and the pruner keeps every
@@ -106,229 +106,99 @@ impl NatsConfig {
     }
 }
 
+/// The NATS JetStream relay: [`crate::relay::Relay`] over [`Nats`].
 #[cfg(feature = "nats")]
-pub use relay::NatsRelay;
+pub type NatsRelay = crate::relay::Relay<Nats>;
 
 #[cfg(feature = "nats")]
-mod relay {
-    use std::sync::Arc;
+pub use broker::Nats;
+
+#[cfg(feature = "nats")]
+mod broker {
     use std::time::Duration;
 
     use async_nats::jetstream;
-    use tenax_storage::{
-        EventCursorParams, EventLease, EventLeaseParams, EventListParams, Storage,
-    };
+    use tenax_core::Secrets;
+    use tenax_storage::EventRecord;
     use tokio::time::Instant;
-    use tokio_util::sync::CancellationToken;
 
     use super::NatsConfig;
-    use crate::events::EventsConfig;
+    use crate::relay::{Broker, Published};
 
-    /// Publishes sequenced events to JetStream while it holds the `relay:nats` lease.
-    pub struct NatsRelay {
-        storage: Arc<dyn Storage>,
-        holder: String,
-        events: EventsConfig,
-        nats: NatsConfig,
+    /// NATS JetStream's part of the relay: a stream holding `<subject_prefix>.>`, and
+    /// each event published with its id as `Nats-Msg-Id` and awaited for its
+    /// acknowledgement before the next.
+    pub struct Nats {
+        config: NatsConfig,
     }
 
-    enum Step {
-        /// Published this many events.
-        Sent(usize),
-        /// The lease is gone.
-        LostLease,
+    impl From<NatsConfig> for Nats {
+        fn from(config: NatsConfig) -> Self {
+            Self { config }
+        }
     }
 
-    impl NatsRelay {
-        /// A relay for this node (`holder` names it in the lease).
-        pub fn new(
-            storage: Arc<dyn Storage>,
-            holder: impl Into<String>,
-            events: EventsConfig,
-            nats: NatsConfig,
-        ) -> Self {
-            Self {
-                storage,
-                holder: holder.into(),
-                events,
-                nats,
-            }
-        }
-
-        /// Run until `shutdown`. Broker and storage errors are logged and retried
-        /// after a pause; the cursor only moves past acknowledged events.
-        pub async fn run(self, shutdown: CancellationToken) {
-            let mut js: Option<jetstream::Context> = None;
-            let mut lease: Option<EventLease> = None;
-            let mut renewed_at = Instant::now();
-            loop {
-                if lease.is_none() || renewed_at.elapsed() >= self.events.lease_ttl / 3 {
-                    let asked = Instant::now();
-                    match self
-                        .storage
-                        .event_lease(&EventLeaseParams {
-                            name: NatsConfig::LEASE.to_owned(),
-                            holder: self.holder.clone(),
-                            ttl: self.events.lease_ttl,
-                            now: None,
-                        })
-                        .await
-                    {
-                        Ok(Some(held)) => {
-                            if lease.as_ref().map(|l| l.epoch) != Some(held.epoch) {
-                                tracing::info!(epoch = held.epoch, "holding the NATS relay lease");
-                            }
-                            lease = Some(held);
-                            renewed_at = asked;
-                        }
-                        Ok(None) => lease = None,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "taking the NATS relay lease failed");
-                            lease = None;
-                        }
-                    }
-                }
-                let mut busy = false;
-                let mut failed = false;
-                let mut lost = false;
-                if let Some(held) = lease.as_mut() {
-                    if js.is_none() {
-                        match self.connect().await {
-                            Ok(context) => js = Some(context),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "connecting to NATS failed; retrying");
-                                failed = true;
-                            }
-                        }
-                    }
-                    if let Some(context) = &js {
-                        match self.step(context, held, renewed_at).await {
-                            Ok(Step::Sent(n)) => busy = n >= self.events.batch as usize,
-                            Ok(Step::LostLease) => {
-                                tracing::info!("the NATS relay lease was lost");
-                                lost = true;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "relaying events to NATS failed; retrying");
-                                failed = true;
-                            }
-                        }
-                    }
-                }
-                if lost {
-                    lease = None;
-                }
-                let pause = if busy {
-                    Duration::ZERO
-                } else if failed {
-                    Duration::from_secs(1)
-                } else if lease.is_some() {
-                    self.events.poll_interval
-                } else {
-                    self.events.lease_ttl / 3
-                };
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(pause) => {}
-                }
-            }
-        }
+    impl Broker for Nats {
+        const NAME: &'static str = "nats";
+        const LEASE: &'static str = NatsConfig::LEASE;
+        type Link = jetstream::Context;
 
         async fn connect(&self) -> Result<jetstream::Context, String> {
+            let nats = &self.config;
             let client = async_nats::ConnectOptions::new()
                 .retry_on_initial_connect()
                 .connection_timeout(Duration::from_secs(5))
-                .connect(self.nats.url.as_str())
+                .connect(nats.url.as_str())
                 .await
                 .map_err(|e| e.to_string())?;
             let mut context = jetstream::new(client);
-            context.set_timeout(self.nats.ack_timeout);
+            context.set_timeout(nats.ack_timeout);
             context
                 .get_or_create_stream(jetstream::stream::Config {
-                    name: self.nats.stream.clone(),
-                    subjects: vec![format!("{}.>", self.nats.subject_prefix)],
+                    name: nats.stream.clone(),
+                    subjects: vec![format!("{}.>", nats.subject_prefix)],
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| format!("creating stream {}: {e}", self.nats.stream))?;
+                .map_err(|e| format!("creating stream {}: {e}", nats.stream))?;
             Ok(context)
         }
 
-        /// Publish the next page after the cursor, one event at a time, and move the
-        /// cursor (and `lease.last_seq`) past the acknowledged ones.
-        async fn step(
+        async fn publish(
             &self,
             js: &jetstream::Context,
-            lease: &mut EventLease,
-            renewed_at: Instant,
-        ) -> Result<Step, String> {
-            let page = self
-                .storage
-                .event_list(&EventListParams {
-                    after: lease.last_seq,
-                    limit: self.events.batch,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            if page.pruned_through > lease.last_seq {
-                tracing::error!(
-                    cursor = lease.last_seq,
-                    pruned_through = page.pruned_through,
-                    "events were pruned before the NATS relay delivered them"
-                );
-            }
-            let mut last = lease.last_seq;
-            let mut sent = 0usize;
-            let mut failure = None;
-            for event in &page.events {
-                // Stop publishing before the lease could lapse under us.
-                if renewed_at.elapsed() >= self.events.lease_ttl * 2 / 3 {
+            events: &[EventRecord],
+            secrets: &Secrets,
+            until: Instant,
+        ) -> Published {
+            let mut published = Published::default();
+            for event in events {
+                if Instant::now() >= until {
                     break;
                 }
                 let Some(seq) = event.seq else { break };
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert(async_nats::header::NATS_MESSAGE_ID, event.event_id.as_str());
-                let body = match serde_json::to_vec(&event.envelope(&self.events.secrets)) {
+                let body = match serde_json::to_vec(&event.envelope(secrets)) {
                     Ok(body) => body,
                     Err(e) => {
-                        failure = Some(format!("encoding event {}: {e}", event.event_id));
+                        published.failure = Some(format!("encoding event {}: {e}", event.event_id));
                         break;
                     }
                 };
-                let subject = self.nats.subject(&event.queue, event.event.as_str());
+                let subject = self.config.subject(&event.queue, event.event.as_str());
                 let acked = match js.publish_with_headers(subject, headers, body.into()).await {
                     Ok(ack) => ack.await.map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 };
                 if let Err(e) = acked {
-                    failure = Some(e);
+                    published.failure = Some(e);
                     break;
                 }
-                last = seq;
-                sent += 1;
+                published.last = Some(seq);
+                published.sent += 1;
             }
-            if last > lease.last_seq {
-                let held = self
-                    .storage
-                    .event_cursor_advance(&EventCursorParams {
-                        lease: lease.clone(),
-                        last_seq: last,
-                        now: None,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if !held {
-                    return Ok(Step::LostLease);
-                }
-                lease.last_seq = last;
-                metrics::counter!("tenax_events_relayed_total", "relay" => "nats")
-                    .increment(sent as u64);
-            }
-            match failure {
-                Some(e) => Err(e),
-                None => Ok(Step::Sent(sent)),
-            }
+            published
         }
     }
 }

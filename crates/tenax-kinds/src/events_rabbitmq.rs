@@ -187,16 +187,17 @@ impl RabbitMqConfig {
     }
 }
 
+/// The RabbitMQ relay: [`crate::relay::Relay`] over [`RabbitMq`].
 #[cfg(feature = "rabbitmq")]
-pub use relay::RabbitMqRelay;
+pub type RabbitMqRelay = crate::relay::Relay<RabbitMq>;
 
 #[cfg(feature = "rabbitmq")]
-mod relay {
-    use std::panic::AssertUnwindSafe;
-    use std::sync::Arc;
+pub use broker::RabbitMq;
+
+#[cfg(feature = "rabbitmq")]
+mod broker {
     use std::time::Duration;
 
-    use futures::FutureExt;
     use lapin::options::{
         BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
         QueueDeclareOptions,
@@ -205,193 +206,39 @@ mod relay {
     use lapin::{
         BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
     };
-    use tenax_storage::{
-        EventCursorParams, EventLease, EventLeaseParams, EventListParams, Storage,
-    };
+    use tenax_core::Secrets;
+    use tenax_storage::EventRecord;
     use tokio::time::Instant;
-    use tokio_util::sync::CancellationToken;
 
     use super::RabbitMqConfig;
-    use crate::events::EventsConfig;
+    use crate::relay::{Broker, Published};
 
-    /// First pause after a failure; it doubles up to [`BACKOFF_CAP`].
-    const BACKOFF_BASE: Duration = Duration::from_millis(250);
-    /// Longest pause after failures in a row.
-    const BACKOFF_CAP: Duration = Duration::from_secs(10);
     /// Longest wait for a connection and its topology.
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-    /// Publishes sequenced events to RabbitMQ while it holds the `relay:rabbitmq`
-    /// lease.
-    pub struct RabbitMqRelay {
-        storage: Arc<dyn Storage>,
-        holder: String,
-        events: EventsConfig,
-        rabbit: RabbitMqConfig,
+    /// RabbitMQ's part of the relay: a durable topic exchange (and optionally a bound
+    /// quorum queue), a channel in publisher-confirm mode, a page published whole and
+    /// counted only once every message of it is positively confirmed.
+    pub struct RabbitMq {
+        config: RabbitMqConfig,
     }
 
-    enum Step {
-        /// Published and confirmed this many events.
-        Sent(usize),
-        /// The lease is gone.
-        LostLease,
+    impl From<RabbitMqConfig> for RabbitMq {
+        fn from(config: RabbitMqConfig) -> Self {
+            Self { config }
+        }
     }
 
     /// A connection and its confirm-mode channel.
-    struct Link {
+    pub struct Link {
         connection: Connection,
         channel: Channel,
     }
 
-    impl Link {
-        fn usable(&self) -> bool {
-            self.connection.status().connected() && self.channel.status().connected()
-        }
-
-        /// Close it, best effort: the broker may already be gone.
-        async fn close(self) {
-            let _ = tokio::time::timeout(
-                Duration::from_secs(1),
-                self.connection.close(200, "tenax relay reconnects".into()),
-            )
-            .await;
-        }
-    }
-
-    impl RabbitMqRelay {
-        /// A relay for this node (`holder` names it in the lease).
-        pub fn new(
-            storage: Arc<dyn Storage>,
-            holder: impl Into<String>,
-            events: EventsConfig,
-            rabbit: RabbitMqConfig,
-        ) -> Self {
-            Self {
-                storage,
-                holder: holder.into(),
-                events,
-                rabbit,
-            }
-        }
-
-        /// Run until `shutdown`. Broker and storage errors are logged and retried after
-        /// a bounded, growing pause, on a new connection; the cursor only moves past
-        /// pages the broker confirmed whole.
-        pub async fn run(self, shutdown: CancellationToken) {
-            let mut link: Option<Link> = None;
-            let mut lease: Option<EventLease> = None;
-            let mut renewed_at = Instant::now();
-            let mut failures: u32 = 0;
-            loop {
-                if lease.is_none() || renewed_at.elapsed() >= self.events.lease_ttl / 3 {
-                    let asked = Instant::now();
-                    match self
-                        .storage
-                        .event_lease(&EventLeaseParams {
-                            name: RabbitMqConfig::LEASE.to_owned(),
-                            holder: self.holder.clone(),
-                            ttl: self.events.lease_ttl,
-                            now: None,
-                        })
-                        .await
-                    {
-                        Ok(Some(held)) => {
-                            if lease.as_ref().map(|l| l.epoch) != Some(held.epoch) {
-                                tracing::info!(
-                                    epoch = held.epoch,
-                                    "holding the RabbitMQ relay lease"
-                                );
-                            }
-                            lease = Some(held);
-                            renewed_at = asked;
-                        }
-                        Ok(None) => lease = None,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "taking the RabbitMQ relay lease failed");
-                            lease = None;
-                        }
-                    }
-                }
-                let mut busy = false;
-                let mut failed = false;
-                let mut lost = false;
-                if let Some(held) = lease.as_mut() {
-                    if link.as_ref().is_some_and(|l| !l.usable()) {
-                        tracing::warn!("the RabbitMQ connection was lost; reconnecting");
-                        if let Some(old) = link.take() {
-                            old.close().await;
-                        }
-                    }
-                    if link.is_none() {
-                        match self.connect().await {
-                            Ok(new) => {
-                                tracing::info!(
-                                    url = %self.rabbit.redacted_url(),
-                                    exchange = %self.rabbit.exchange,
-                                    "connected to RabbitMQ"
-                                );
-                                link = Some(new);
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "connecting to RabbitMQ failed; retrying");
-                                failed = true;
-                            }
-                        }
-                    }
-                    if let Some(current) = &link {
-                        // A panic in a step (a bug, or in the client) must not end the
-                        // relay: it counts as a failed step, and the cursor stays.
-                        let step = AssertUnwindSafe(self.step(current, held, renewed_at))
-                            .catch_unwind()
-                            .await
-                            .unwrap_or_else(|_| Err("relaying a page panicked".to_owned()));
-                        match step {
-                            Ok(Step::Sent(n)) => busy = n >= self.events.batch as usize,
-                            Ok(Step::LostLease) => {
-                                tracing::info!("the RabbitMQ relay lease was lost");
-                                lost = true;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "relaying events to RabbitMQ failed; reconnecting and publishing again from the cursor");
-                                failed = true;
-                                if let Some(old) = link.take() {
-                                    old.close().await;
-                                }
-                            }
-                        }
-                    }
-                } else if let Some(old) = link.take() {
-                    // Another node relays: hold no connection meanwhile.
-                    old.close().await;
-                }
-                if lost {
-                    lease = None;
-                }
-                failures = if failed {
-                    failures.saturating_add(1)
-                } else {
-                    0
-                };
-                let pause = if failed {
-                    backoff(failures)
-                } else if busy {
-                    Duration::ZERO
-                } else if lease.is_some() {
-                    self.events.poll_interval
-                } else {
-                    self.events.lease_ttl / 3
-                };
-                tokio::select! {
-                    () = shutdown.cancelled() => {
-                        if let Some(old) = link.take() {
-                            old.close().await;
-                        }
-                        return;
-                    }
-                    () = tokio::time::sleep(pause) => {}
-                }
-            }
-        }
+    impl Broker for RabbitMq {
+        const NAME: &'static str = "rabbitmq";
+        const LEASE: &'static str = RabbitMqConfig::LEASE;
+        type Link = Link;
 
         async fn connect(&self) -> Result<Link, String> {
             tokio::time::timeout(CONNECT_TIMEOUT, self.connect_inner())
@@ -399,13 +246,49 @@ mod relay {
                 .unwrap_or_else(|_| Err(format!("no connection within {CONNECT_TIMEOUT:?}")))
         }
 
+        fn usable(&self, link: &Link) -> bool {
+            link.connection.status().connected() && link.channel.status().connected()
+        }
+
+        async fn close(&self, link: Link) {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                link.connection.close(200, "tenax relay reconnects".into()),
+            )
+            .await;
+        }
+
+        async fn publish(
+            &self,
+            link: &Link,
+            events: &[EventRecord],
+            secrets: &Secrets,
+            until: Instant,
+        ) -> Published {
+            match self.publish_page(link, events, secrets, until).await {
+                Ok((last, sent)) => Published {
+                    last,
+                    sent,
+                    failure: None,
+                },
+                // The page counts whole or not at all: it is published again.
+                Err(e) => Published {
+                    failure: Some(e),
+                    ..Published::default()
+                },
+            }
+        }
+    }
+
+    impl RabbitMq {
         async fn connect_inner(&self) -> Result<Link, String> {
+            let rabbit = &self.config;
             let connection = Connection::connect(
-                &self.rabbit.url,
+                &rabbit.url,
                 ConnectionProperties::default().with_connection_name("tenax events relay".into()),
             )
             .await
-            .map_err(|e| format!("connecting to {}: {e}", self.rabbit.redacted_url()))?;
+            .map_err(|e| format!("connecting to {}: {e}", rabbit.redacted_url()))?;
             let channel = connection
                 .create_channel()
                 .await
@@ -416,7 +299,7 @@ mod relay {
                 .map_err(|e| format!("turning on publisher confirms: {e}"))?;
             channel
                 .exchange_declare(
-                    self.rabbit.exchange.as_str().into(),
+                    rabbit.exchange.as_str().into(),
                     ExchangeKind::Topic,
                     ExchangeDeclareOptions {
                         durable: true,
@@ -425,8 +308,8 @@ mod relay {
                     FieldTable::default(),
                 )
                 .await
-                .map_err(|e| format!("declaring exchange {}: {e}", self.rabbit.exchange))?;
-            if let Some(queue) = &self.rabbit.queue {
+                .map_err(|e| format!("declaring exchange {}: {e}", rabbit.exchange))?;
+            if let Some(queue) = &rabbit.queue {
                 let mut arguments = FieldTable::default();
                 arguments.insert(
                     "x-queue-type".into(),
@@ -446,8 +329,8 @@ mod relay {
                 channel
                     .queue_bind(
                         queue.as_str().into(),
-                        self.rabbit.exchange.as_str().into(),
-                        self.rabbit.binding_key().into(),
+                        rabbit.exchange.as_str().into(),
+                        rabbit.binding_key().into(),
                         QueueBindOptions::default(),
                         FieldTable::default(),
                     )
@@ -460,41 +343,25 @@ mod relay {
             })
         }
 
-        /// Publish the next page after the cursor and, once the broker confirmed every
-        /// message of it, move the cursor (and `lease.last_seq`) past it.
-        async fn step(
+        /// Publish the page (in position order, on one channel, so the broker keeps
+        /// that order), then wait for every confirm: the position of the last event
+        /// and how many were published, once all are confirmed.
+        async fn publish_page(
             &self,
             link: &Link,
-            lease: &mut EventLease,
-            renewed_at: Instant,
-        ) -> Result<Step, String> {
-            let page = self
-                .storage
-                .event_list(&EventListParams {
-                    after: lease.last_seq,
-                    limit: self.events.batch,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            if page.pruned_through > lease.last_seq {
-                tracing::error!(
-                    cursor = lease.last_seq,
-                    pruned_through = page.pruned_through,
-                    "events were pruned before the RabbitMQ relay delivered them"
-                );
-            }
-            // Publish the page (in position order, on one channel, so the broker keeps
-            // that order), then wait for every confirm.
-            let mut last = lease.last_seq;
-            let mut pending = Vec::with_capacity(page.events.len());
-            for event in &page.events {
-                // Stop publishing before the lease could lapse under us.
-                if renewed_at.elapsed() >= self.events.lease_ttl * 2 / 3 {
+            events: &[EventRecord],
+            secrets: &Secrets,
+            until: Instant,
+        ) -> Result<(Option<i64>, usize), String> {
+            let rabbit = &self.config;
+            let mut last = None;
+            let mut pending = Vec::with_capacity(events.len());
+            for event in events {
+                if Instant::now() >= until {
                     break;
                 }
                 let Some(seq) = event.seq else { break };
-                let body = serde_json::to_vec(&event.envelope(&self.events.secrets))
+                let body = serde_json::to_vec(&event.envelope(secrets))
                     .map_err(|e| format!("encoding event {}: {e}", event.event_id))?;
                 let mut properties = BasicProperties::default()
                     .with_delivery_mode(2)
@@ -505,11 +372,11 @@ mod relay {
                 if let Ok(secs) = u64::try_from(event.occurred_at.timestamp()) {
                     properties = properties.with_timestamp(secs);
                 }
-                let routing_key = self.rabbit.routing_key(&event.queue, event.event.as_str());
+                let routing_key = rabbit.routing_key(&event.queue, event.event.as_str());
                 // A blocked connection (a broker out of memory or disk) must not hold
                 // the relay forever.
                 let publish = link.channel.basic_publish(
-                    self.rabbit.exchange.as_str().into(),
+                    rabbit.exchange.as_str().into(),
                     routing_key.into(),
                     BasicPublishOptions {
                         mandatory: true,
@@ -518,31 +385,31 @@ mod relay {
                     &body,
                     properties,
                 );
-                let confirm = tokio::time::timeout(self.rabbit.confirm_timeout, publish)
+                let confirm = tokio::time::timeout(rabbit.confirm_timeout, publish)
                     .await
                     .map_err(|_| {
                         format!(
                             "publishing event {} took longer than {:?}",
-                            event.event_id, self.rabbit.confirm_timeout
+                            event.event_id, rabbit.confirm_timeout
                         )
                     })?
                     .map_err(|e| format!("publishing event {}: {e}", event.event_id))?;
                 pending.push((seq, event.event_id.as_str(), confirm));
             }
             let sent = pending.len();
-            let deadline = Instant::now() + self.rabbit.confirm_timeout;
+            let deadline = Instant::now() + rabbit.confirm_timeout;
             for (seq, id, confirm) in pending {
                 let confirmation = tokio::time::timeout_at(deadline, confirm)
                     .await
                     .map_err(|_| {
                         format!(
                             "no confirm for event {id} within {:?}",
-                            self.rabbit.confirm_timeout
+                            rabbit.confirm_timeout
                         )
                     })?
                     .map_err(|e| format!("confirm of event {id}: {e}"))?;
                 match confirmation {
-                    Confirmation::Ack(None) => last = seq,
+                    Confirmation::Ack(None) => last = Some(seq),
                     Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
                         return Err(format!(
                             "event {id} was returned unroutable ({} {})",
@@ -557,47 +424,7 @@ mod relay {
                     }
                 }
             }
-            if last > lease.last_seq {
-                let held = self
-                    .storage
-                    .event_cursor_advance(&EventCursorParams {
-                        lease: lease.clone(),
-                        last_seq: last,
-                        now: None,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if !held {
-                    return Ok(Step::LostLease);
-                }
-                lease.last_seq = last;
-                metrics::counter!("tenax_events_relayed_total", "relay" => "rabbitmq")
-                    .increment(sent as u64);
-            }
-            Ok(Step::Sent(sent))
-        }
-    }
-
-    /// The pause after `failures` failed rounds in a row: doubling from
-    /// [`BACKOFF_BASE`] up to [`BACKOFF_CAP`], with up to a quarter of jitter so
-    /// relays of several deployments do not reconnect in step.
-    fn backoff(failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(16);
-        let base = BACKOFF_BASE.saturating_mul(1u32 << exp).min(BACKOFF_CAP);
-        let jitter = base.mul_f64(rand::random::<f64>() * 0.25);
-        (base - jitter).max(BACKOFF_BASE / 2)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::{backoff, BACKOFF_CAP};
-
-        #[test]
-        fn the_backoff_grows_and_stays_bounded() {
-            assert!(backoff(1) <= backoff(6));
-            for failures in [1, 5, 20, u32::MAX] {
-                assert!(backoff(failures) <= BACKOFF_CAP);
-            }
+            Ok((last, sent))
         }
     }
 }

@@ -11,8 +11,10 @@
 //!   exactly one message, a storm summarised.
 //! - [`events::Sequencer`]: gives task events their stream positions under a
 //!   database lease, and prunes delivered events.
-//! - [`events_nats`] and [`events_rabbitmq`]: the relays that publish task events to
-//!   NATS JetStream and RabbitMQ (cargo features `nats` and `rabbitmq`).
+//! - [`relay::Relay`]: publishes sequenced task events through a [`relay::Broker`]
+//!   under a database lease, written once; [`events_nats`] and [`events_rabbitmq`]
+//!   hold the brokers for NATS JetStream and RabbitMQ (cargo features `nats` and
+//!   `rabbitmq`).
 //! - [`Deliveries`]: all of the senders above, configured once and run beside a
 //!   worker ([`tenax_runtime::Worker::with_service`]); `tenax worker` and `tenax serve`
 //!   run theirs this way.
@@ -28,6 +30,7 @@ pub mod events_nats;
 pub mod events_rabbitmq;
 pub mod exec;
 pub mod http;
+pub mod relay;
 pub mod sign;
 
 pub use config::{
