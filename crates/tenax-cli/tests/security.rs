@@ -2158,6 +2158,8 @@ fn battery_sql_text_is_never_formatted_from_input() {
         ("mysql/storage.rs", "columns"),       // list_columns: constants and an integer
         ("mysql/rates.rs", ""),                // marks(n): "?, ?, ..."
         ("mysql/schedules.rs", "lock"),        // Lock::clause(), a constant
+        ("mysql/workflows.rs", "lock"),        // "" or " LOCK IN SHARE MODE", constants
+        ("postgres/workflows.rs", "lock"),     // "" or " FOR SHARE", constants
         ("postgres/bulk.rs", "update"),        // constant UPDATE text
         ("postgres/insert.rs", "on_conflict"), // Existing::clause(), a constant
         ("postgres/mod.rs", "schema"),         // schema name checked to [a-z0-9_]

@@ -235,6 +235,15 @@ pub(crate) trait WorkflowTx: Send {
     /// holds every row already).
     fn lock_task(&mut self, id: TaskId) -> impl Future<Output = Result<Option<TaskRecord>>> + Send;
 
+    /// A workflow's tasks with their keys, in id order, each row share-locked until the
+    /// transaction ends (SQLite's single writer holds every row already): a task that
+    /// is finishing is read once its transaction committed, and one that has not begun
+    /// to finish waits for this transaction.
+    fn lock_workflow_tasks(
+        &mut self,
+        id: WorkflowId,
+    ) -> impl Future<Output = Result<Vec<(String, TaskRecord)>>> + Send;
+
     /// The workflow `task` belongs to, its row locked until the transaction ends (SQLite's
     /// single writer holds it already), so that retries in one workflow decide in turn.
     fn lock_workflow_of(

@@ -18,7 +18,9 @@
 //! Every check reads before the first write, so a refusal writes nothing and a bulk
 //! retry can pass over a refused task in the same transaction. The task's row is
 //! locked first, then its workflow's (the order of the transaction that finishes a
-//! task), so two retries in one workflow decide one after the other.
+//! task), so two retries in one workflow decide one after the other; then every task
+//! of the workflow is share-locked and read, so the plan counts no parent that is
+//! finishing at the same time.
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -62,7 +64,7 @@ pub(crate) async fn retry<T: WorkflowTx + WorkflowReads + ?Sized>(
     match (task.kind, task.parent_id) {
         (TaskKind::Compensate, Some(parent)) => {
             let epoch = compensated_epoch(&task);
-            let compensated = tx.task(parent).await?;
+            let compensated = tx.lock_task(parent).await?;
             let still_dead = compensated.is_some_and(|p| {
                 p.status == TaskStatus::Dead
                     && p.compensation == Some(CompensationState::Failed)
@@ -83,7 +85,10 @@ pub(crate) async fn retry<T: WorkflowTx + WorkflowReads + ?Sized>(
         (TaskKind::Execute, _) => match tx.lock_workflow_of(task.id).await? {
             None => rerun_alone(tx, asked, &task, now).await,
             Some(workflow) => {
-                let tasks = tx.workflow_tasks(workflow.id).await?;
+                // Every task of the workflow as committed, none finishing meanwhile: a
+                // parent that finishes while this plan counts it would count down a
+                // dependent still cancelled, and the dependent would wait for ever.
+                let tasks = tx.lock_workflow_tasks(workflow.id).await?;
                 let deps = tx.workflow_dependencies(workflow.id).await?;
                 let runs = match plan(&workflow, &tasks, &deps, task.id) {
                     Ok(runs) => runs,

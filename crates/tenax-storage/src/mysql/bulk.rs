@@ -159,7 +159,7 @@ impl MySqlStorage {
                         &mut qb,
                         params,
                         &statuses,
-                        " AND (kind = 'compensate' OR workflow_id IS NOT NULL) \
+                        " AND (kind = 'execute' AND workflow_id IS NOT NULL OR kind = 'compensate' AND parent_id IN (SELECT id FROM tenax_tasks WHERE status = 'dead' AND compensation = 'failed')) \
                           AND (compensation IS NULL OR compensation <> 'pending')",
                         limit - changed,
                         None,

@@ -283,6 +283,10 @@ impl WorkflowTx for MySqlConnection {
         fetch_ref(&mut *self, &TaskRef::Id(id), Lock::ForUpdate).await
     }
 
+    async fn lock_workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
+        tasks_of(self, id, " LOCK IN SHARE MODE").await
+    }
+
     async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
         let row = sqlx::query(
             "SELECT id, kind, policy, state FROM tenax_workflows
@@ -416,21 +420,7 @@ impl WorkflowReads for MySqlConnection {
     }
 
     async fn workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id"
-        ))
-        .bind(id)
-        .fetch_all(&mut *self)
-        .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    opt_text(r, "workflow_key")?.unwrap_or_default(),
-                    task_from_row(r)?,
-                ))
-            })
-            .collect()
+        tasks_of(self, id, "").await
     }
 
     async fn workflow_dependencies(&mut self, id: WorkflowId) -> Result<Vec<(i64, i64)>> {
@@ -521,4 +511,27 @@ pub async fn enqueue_workflow_in(
     params: &WorkflowInsertParams,
 ) -> Result<WorkflowDetail> {
     crate::flow::insert(&mut **tx, params).await
+}
+
+/// A workflow's tasks with their keys, in id order, read with `lock` (a constant).
+async fn tasks_of(
+    conn: &mut MySqlConnection,
+    id: WorkflowId,
+    lock: &str,
+) -> Result<Vec<(String, TaskRecord)>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = ? ORDER BY id{lock}"
+    ))
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                opt_text(r, "workflow_key")?.unwrap_or_default(),
+                task_from_row(r)?,
+            ))
+        })
+        .collect()
 }

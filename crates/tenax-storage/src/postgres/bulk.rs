@@ -171,7 +171,7 @@ impl PgStorage {
                         &format!(
                             "SELECT queue, id FROM tenax_tasks
                              WHERE id IN ({PICK} AND status = 'dead'
-                                            AND (kind = 'compensate' OR workflow_id IS NOT NULL)
+                                            AND (kind = 'execute' AND workflow_id IS NOT NULL OR kind = 'compensate' AND parent_id IN (SELECT id FROM tenax_tasks WHERE status = 'dead' AND compensation = 'failed'))
                                             AND (compensation IS NULL OR compensation != 'pending')
                                           ORDER BY id LIMIT $8)
                                AND COALESCE($1::timestamptz, now()) IS NOT NULL

@@ -281,6 +281,10 @@ impl WorkflowTx for PgConnection {
         row.as_ref().map(task_from_row).transpose()
     }
 
+    async fn lock_workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
+        tasks_of(self, id, " FOR SHARE").await
+    }
+
     async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
         let row: Option<(i64, String, String, String)> = sqlx::query_as(
             "SELECT id, kind, policy, state FROM tenax_workflows
@@ -407,19 +411,7 @@ impl WorkflowReads for PgConnection {
     }
 
     async fn workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = $1 ORDER BY id"
-        ))
-        .bind(id)
-        .fetch_all(&mut *self)
-        .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|r| {
-                let key: Option<String> = r.try_get("workflow_key").map_err(map_err)?;
-                Ok((key.unwrap_or_default(), task_from_row(r)?))
-            })
-            .collect()
+        tasks_of(self, id, "").await
     }
 
     async fn workflow_dependencies(&mut self, id: WorkflowId) -> Result<Vec<(i64, i64)>> {
@@ -516,4 +508,25 @@ pub async fn enqueue_workflow_in(
     params: &WorkflowInsertParams,
 ) -> Result<WorkflowDetail> {
     crate::flow::insert(&mut **tx, params).await
+}
+
+/// A workflow's tasks with their keys, in id order, read with `lock` (a constant).
+async fn tasks_of(
+    conn: &mut PgConnection,
+    id: WorkflowId,
+    lock: &str,
+) -> Result<Vec<(String, TaskRecord)>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {TASK_COLUMNS}, workflow_key FROM tenax_tasks WHERE workflow_id = $1 ORDER BY id{lock}"
+    ))
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    rows.iter()
+        .map(|r| {
+            let key: Option<String> = r.try_get("workflow_key").map_err(map_err)?;
+            Ok((key.unwrap_or_default(), task_from_row(r)?))
+        })
+        .collect()
 }

@@ -163,7 +163,7 @@ impl SqliteStorage {
                 let rest = limit - outcome.changed;
                 if !statuses.is_empty() && rest > 0 {
                     let sql = format!(
-                        "{PICK} AND status = 'dead' AND (kind = 'compensate' OR workflow_id IS NOT NULL)
+                        "{PICK} AND status = 'dead' AND (kind = 'execute' AND workflow_id IS NOT NULL OR kind = 'compensate' AND parent_id IN (SELECT id FROM tenax_tasks WHERE status = 'dead' AND compensation = 'failed'))
                            AND (compensation IS NULL OR compensation != 'pending')
                          ORDER BY id LIMIT ?8"
                     );

@@ -233,6 +233,10 @@ impl WorkflowTx for SqliteConnection {
         self.task(id).await
     }
 
+    async fn lock_workflow_tasks(&mut self, id: WorkflowId) -> Result<Vec<(String, TaskRecord)>> {
+        self.workflow_tasks(id).await
+    }
+
     async fn lock_workflow_of(&mut self, task: TaskId) -> Result<Option<WorkflowOf>> {
         // The transaction is `BEGIN IMMEDIATE`: it holds the one write lock already.
         self.workflow_of(task).await

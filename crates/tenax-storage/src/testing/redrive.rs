@@ -97,6 +97,17 @@ pub async fn retrying_a_dead_workflow_step_brings_back_the_dependents_its_death_
         );
     }
     assert_eq!(state(h, &detail).await, WorkflowState::Running);
+    let b = h
+        .storage
+        .task_get(&TaskRef::Id(id_of(&detail, "b")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        b.last_error, None,
+        "a restored task no longer says it was cancelled"
+    );
+    assert_eq!(b.finished_at, None);
     // The flow runs on as if a had never died.
     let claimed = h.claim("w", 10, None).await;
     assert_eq!(keys(&claimed), ["a"]);
