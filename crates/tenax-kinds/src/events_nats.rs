@@ -145,8 +145,10 @@ mod broker {
 
         async fn connect(&self) -> Result<jetstream::Context, String> {
             let nats = &self.config;
+            // No retry on the first connect: it would go on in a task of its own after
+            // a failed page drops this client, one more for every reconnect of the
+            // relay. The relay backs off and connects again instead.
             let client = async_nats::ConnectOptions::new()
-                .retry_on_initial_connect()
                 .connection_timeout(Duration::from_secs(5))
                 .connect(nats.url.as_str())
                 .await
