@@ -23,10 +23,12 @@ pub struct WorkerConfig {
     /// Claimed tasks held ready beyond the running ones, so that a freed slot starts its
     /// next task without a round trip to the database. Buffered tasks are leased,
     /// renewed and counted by every limit as running; a graceful stop hands them back
-    /// at once, with their attempts refunded. `None` (the default) buffers as many as
-    /// `concurrency`, at most `claim_batch`; `Some(0)` turns the buffer off. A task
-    /// enqueued while the buffer is full waits, at most, for the buffered tasks to
-    /// start: about one handler's running time at the default size (see
+    /// at once, with their attempts refunded. `None` (the default) sizes the buffer by
+    /// the handlers' pace: it starts at `concurrency` (at most `claim_batch`) and
+    /// doubles, up to `claim_batch`, each time the handlers empty it before a claim
+    /// returns, then shrinks back to what they start in two claims' time. `Some(n)`
+    /// holds it at `n`; `Some(0)` turns the buffer off. A task enqueued while the
+    /// buffer is full waits, at most, for the buffered tasks to start (see
     /// [`WorkerConfig::prefetch_size`]).
     pub prefetch: Option<u32>,
     /// Most successful outcomes written in one completion batch (one transaction).
@@ -254,16 +256,28 @@ impl WorkerConfig {
         Ok(())
     }
 
-    /// How many claimed tasks the worker buffers beyond its running ones:
-    /// [`WorkerConfig::prefetch`], or by default `concurrency`, at most `claim_batch`.
+    /// The most claimed tasks the worker buffers beyond its running ones:
+    /// [`WorkerConfig::prefetch`], or by default `claim_batch`.
     ///
     /// The buffer is refilled when half empty, by one claim of the free slots plus its
     /// room, so a worker holds at most `concurrency + prefetch_size()` tasks. Priority
     /// still holds across the buffer's refills: a task of priority 9 enqueued just after
-    /// a refill starts once the buffered tasks ahead of it have started, that is after
-    /// at most `prefetch_size() / concurrency` rounds of the running handlers (one
-    /// round at the default size), plus one claim.
+    /// a refill starts once the buffered tasks ahead of it have started. By default the
+    /// buffer stays at `concurrency` (one round of the running handlers) while handlers
+    /// are slower than a claim, and grows only while they start more than that during
+    /// one claim: it then holds what they start in about two claims' time. Either way
+    /// the wait is at most `prefetch_size() / concurrency` rounds of the running
+    /// handlers, plus one claim.
     pub fn prefetch_size(&self) -> u32 {
+        self.prefetch
+            .unwrap_or(self.claim_batch)
+            .min(self.claim_batch)
+    }
+
+    /// The buffer's size before the handlers' pace is known: [`WorkerConfig::prefetch`],
+    /// or by default `concurrency`, at most `claim_batch`. The adaptive buffer never
+    /// shrinks below it.
+    pub fn prefetch_floor(&self) -> u32 {
         self.prefetch
             .unwrap_or(self.concurrency)
             .min(self.claim_batch)
@@ -318,18 +332,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_buffer_follows_the_concurrency_up_to_the_claim_batch() {
-        assert_eq!(WorkerConfig::default().prefetch_size(), 10);
+    fn the_buffer_starts_at_the_concurrency_and_may_grow_to_the_claim_batch() {
+        let default = WorkerConfig::default();
+        assert_eq!(
+            (default.prefetch_floor(), default.prefetch_size()),
+            (10, 100)
+        );
         let wide = WorkerConfig {
             concurrency: 500,
             ..Default::default()
         };
-        assert_eq!(wide.prefetch_size(), 100);
+        assert_eq!((wide.prefetch_floor(), wide.prefetch_size()), (100, 100));
+        let fixed = WorkerConfig {
+            prefetch: Some(4),
+            ..Default::default()
+        };
+        assert_eq!((fixed.prefetch_floor(), fixed.prefetch_size()), (4, 4));
         let off = WorkerConfig {
             prefetch: Some(0),
             ..Default::default()
         };
-        assert_eq!(off.prefetch_size(), 0);
+        assert_eq!((off.prefetch_floor(), off.prefetch_size()), (0, 0));
     }
 
     #[test]

@@ -61,8 +61,8 @@ fn worker_reference() -> Vec<Key> {
             "worker.prefetch",
             "",
             "",
-            "concurrency, at most claim_batch".to_owned(),
-            "Claimed tasks held ready beyond the running ones (leased, renewed and counted by every limit as running; handed back at once on a graceful stop); `0` turns the buffer off.",
+            "follows the handlers' pace, from concurrency up to claim_batch".to_owned(),
+            "Claimed tasks held ready beyond the running ones (leased, renewed and counted by every limit as running; handed back at once on a graceful stop). Unset, the buffer starts at `concurrency` and doubles, up to `claim_batch`, while handlers empty it faster than a claim returns; a number fixes its size; `0` turns it off.",
         ),
         key(
             "worker.complete_batch",

@@ -1,13 +1,21 @@
 //! The claim loop and its buffer.
 //!
 //! The loop keeps up to `concurrency` handlers running and, beyond them, a bounded
-//! buffer of claimed tasks ready to start ([`WorkerConfig::prefetch_size`], by default
-//! as many as `concurrency`, at most `claim_batch`). A freed slot starts the next
-//! buffered task at once, without a round trip. The buffer is refilled by one claim
-//! statement when it falls to half its size: the claim asks for the free slots plus
-//! the room left in the buffer, so what the worker holds never exceeds `concurrency`
-//! running plus the buffer. One claim is in flight at a time, and the loop keeps
-//! starting buffered tasks while it runs.
+//! buffer of claimed tasks ready to start. A freed slot starts the next buffered task
+//! at once, without a round trip. The buffer is refilled by one claim statement when
+//! it falls to half its size: the claim asks for the free slots plus the room left in
+//! the buffer, so what the worker holds never exceeds `concurrency` running plus the
+//! buffer. One claim is in flight at a time, and the loop keeps starting buffered tasks
+//! while it runs.
+//!
+//! The buffer's size follows the handlers' pace ([`BufferSize`]) unless
+//! `WorkerConfig::prefetch` sets it. It starts at `concurrency` (at most
+//! `claim_batch`): slow handlers never empty it while a claim is in flight, so it
+//! stays there, one round of handlers. When fast handlers empty it before a full claim
+//! returns, it doubles, up to [`WorkerConfig::prefetch_size`] (`claim_batch`); when
+//! they no longer do, it shrinks to twice what they started during the last claim. So
+//! one claim carries what the handlers run in about a round trip, and a task enqueued
+//! behind a full buffer waits about two claims' time, or one round of handlers.
 //!
 //! Buffered tasks are claimed tasks: they are `running` in the database under this
 //! worker's lease, renewed by the heartbeat like running ones. So every cluster-wide
@@ -21,6 +29,7 @@
 //! is in flight makes the loop claim again as soon as that claim returns.
 //!
 //! [`WorkerConfig::prefetch_size`]: crate::WorkerConfig::prefetch_size
+//! [`BufferSize`]: self::BufferSize
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -117,9 +126,12 @@ pub(super) async fn claim_loop(
     }
     let config = &shared.config;
     let slots = Arc::new(Semaphore::new(config.concurrency as usize));
-    let prefetch = config.prefetch_size();
-    let low_water = prefetch / 2;
+    let mut size = BufferSize::new(config);
     let mut buffer: VecDeque<Entry> = VecDeque::new();
+    // While a claim is in flight: how many buffered tasks started, and whether a slot
+    // stood free with the buffer empty (the buffer was too small for the handlers).
+    let mut started_while_claiming = 0u32;
+    let mut starved = false;
     let mut wakeups = shared.storage.wakeups();
     let mut wakeups_open = true;
     let mut claiming: Option<Pending<Round>> = None;
@@ -137,21 +149,27 @@ pub(super) async fn claim_loop(
                 error!("executor failed: {e}");
             }
         }
-        start_buffered(shared, &slots, &mut buffer, executors);
+        let started = start_buffered(shared, &slots, &mut buffer, executors);
+        if claiming.is_some() {
+            started_while_claiming += started;
+            starved |= buffer.is_empty() && slots.available_permits() > 0;
+        }
         let now = Instant::now();
         if claiming.is_none() && idle_until.is_none_or(|until| until <= now) {
             idle_until = None;
             let free = slots.available_permits() as u32;
             let held = buffer.len() as u32;
-            let room = (free + prefetch)
+            let room = (free + size.get())
                 .saturating_sub(held)
                 .min(config.claim_batch);
-            if held <= low_water
+            if held <= size.low_water()
                 && room > 0
-                && !lingers(config, prefetch, free, now, &mut linger_until)
+                && !lingers(config, free, now, &mut linger_until)
             {
                 linger_until = None;
                 woken_while_claiming = false;
+                started_while_claiming = 0;
+                starved = buffer.is_empty() && free > 0;
                 arming = None;
                 generation += 1;
                 claiming = Some(Box::pin(claim_round(
@@ -184,7 +202,7 @@ pub(super) async fn claim_loop(
                 let short =
                     round_claimed(shared, round, &mut buffer, &mut failures, &slots, executors);
                 match short {
-                    Claimed::Full => {}
+                    Claimed::Full => size.after_full_claim(started_while_claiming, starved),
                     Claimed::Failed => {
                         // Back off from a failing database, with jitter so workers do
                         // not return together.
@@ -254,12 +272,11 @@ pub(super) async fn claim_loop(
 /// An idle worker, or one with a buffer, claims at once.
 fn lingers(
     config: &crate::WorkerConfig,
-    prefetch: u32,
     free: u32,
     now: Instant,
     linger_until: &mut Option<Instant>,
 ) -> bool {
-    if prefetch > 0 || config.batch_linger.is_zero() {
+    if config.prefetch_size() > 0 || config.batch_linger.is_zero() {
         return false;
     }
     let want = config.claim_batch.min(config.concurrency.div_ceil(2));
@@ -322,20 +339,23 @@ fn round_claimed(
     }
 }
 
-/// Start buffered tasks, oldest claim first, while slots are free.
+/// Start buffered tasks, oldest claim first, while slots are free; returns how many
+/// started.
 fn start_buffered(
     shared: &Arc<Shared>,
     slots: &Arc<Semaphore>,
     buffer: &mut VecDeque<Entry>,
     executors: &mut JoinSet<()>,
-) {
+) -> u32 {
+    let mut started = 0;
     while !buffer.is_empty() {
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            return;
+            break;
         };
         let Some(entry) = buffer.pop_front() else {
-            return;
+            break;
         };
+        started += 1;
         crate::metrics::slot_taken(true);
         let slot = Slot {
             _permit: permit,
@@ -343,6 +363,54 @@ fn start_buffered(
         };
         let shared = shared.clone();
         executors.spawn(async move { execute(&shared, entry, Some(slot)).await });
+    }
+    started
+}
+
+/// How many claimed tasks the buffer holds when full (see the module docs).
+#[derive(Debug)]
+struct BufferSize {
+    size: u32,
+    floor: u32,
+    ceiling: u32,
+    /// `WorkerConfig::prefetch` unset: the size follows the handlers' pace.
+    adaptive: bool,
+}
+
+impl BufferSize {
+    fn new(config: &crate::WorkerConfig) -> Self {
+        let floor = config.prefetch_floor();
+        Self {
+            size: floor,
+            floor,
+            ceiling: config.prefetch_size().max(floor),
+            adaptive: config.prefetch.is_none(),
+        }
+    }
+
+    fn get(&self) -> u32 {
+        self.size
+    }
+
+    /// The buffer is refilled once it holds this many or fewer.
+    fn low_water(&self) -> u32 {
+        self.size / 2
+    }
+
+    /// A claim came back full (more may be due). While it was in flight the handlers
+    /// started `started` buffered tasks, and `starved` says whether they emptied the
+    /// buffer with a slot free: then the buffer doubles. Otherwise it shrinks to twice
+    /// what they started, by half at most per claim.
+    fn after_full_claim(&mut self, started: u32, starved: bool) {
+        if !self.adaptive {
+            return;
+        }
+        let next = if starved {
+            self.size.saturating_mul(2).max(1)
+        } else {
+            started.saturating_mul(2).max(self.size / 2)
+        };
+        self.size = next.clamp(self.floor, self.ceiling);
     }
 }
 
@@ -362,4 +430,47 @@ async fn hand_back(shared: &Arc<Shared>, buffer: VecDeque<Entry>) {
         crate::metrics::attempt_ended(&entry.task, outcome);
     }))
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BufferSize;
+    use crate::WorkerConfig;
+
+    #[test]
+    fn the_buffer_doubles_while_handlers_empty_it_and_shrinks_back_when_they_slow() {
+        let mut size = BufferSize::new(&WorkerConfig::default());
+        assert_eq!((size.get(), size.low_water()), (10, 5));
+        for expected in [20, 40, 80, 100, 100] {
+            size.after_full_claim(30, true);
+            assert_eq!(size.get(), expected);
+        }
+        // Handlers that start 30 tasks per claim without emptying it: 60 is enough.
+        size.after_full_claim(30, false);
+        assert_eq!(size.get(), 60);
+        // Slow handlers: back to one round of them, at most half per claim.
+        size.after_full_claim(0, false);
+        assert_eq!(size.get(), 30);
+        size.after_full_claim(0, false);
+        size.after_full_claim(0, false);
+        assert_eq!(size.get(), 10);
+        size.after_full_claim(0, false);
+        assert_eq!(size.get(), 10);
+    }
+
+    #[test]
+    fn a_set_prefetch_holds_the_buffer_at_its_size() {
+        let mut size = BufferSize::new(&WorkerConfig {
+            prefetch: Some(4),
+            ..WorkerConfig::default()
+        });
+        size.after_full_claim(50, true);
+        assert_eq!(size.get(), 4);
+        let mut off = BufferSize::new(&WorkerConfig {
+            prefetch: Some(0),
+            ..WorkerConfig::default()
+        });
+        off.after_full_claim(50, true);
+        assert_eq!((off.get(), off.low_water()), (0, 0));
+    }
 }
