@@ -6,10 +6,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use tenax::storage::{
-    RunAt, TaskActionParams, TaskInsertParams, TaskListParams, TaskRef, MAX_DELAY,
-    PAYLOAD_MAX_BYTES,
+    TaskActionParams, TaskInsertParams, TaskListParams, TaskRef, MAX_DELAY, PAYLOAD_MAX_BYTES,
 };
-use tenax::{Priority, QueueName, TaskId, TaskNo, TaskRecord, TaskStatus};
+use tenax::{Client, QueueName, TaskId, TaskNo, TaskRecord, TaskStatus};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -208,91 +207,86 @@ fn check_http_path(path: Option<&serde_json::Value>) -> Result<(), ApiError> {
     }
 }
 
-/// Turn a request into insert parameters, checking every field.
+/// Turn a request into insert parameters, checking every field. The task is built by
+/// the library's own builder (`Client::enqueue_raw`), so a task enqueued over HTTP gets
+/// the defaults and the checks of one enqueued from Rust; this function only checks
+/// the request's ranges (naming the field) and sets what the request gives. The one
+/// default of the server's own is the attempt budget a `[retry]` section of its
+/// configuration gives the command type.
 pub(crate) fn insert_params(
     state: &AppState,
     req: EnqueueRequest,
 ) -> Result<TaskInsertParams, ApiError> {
     check_command_type(state, &req.command_type)?;
     check_outbound(state, &req)?;
-    let payload = req.payload.to_string();
-    if payload.len() > PAYLOAD_MAX_BYTES {
+    let given = |field: &str, value: Option<i64>, min: i64, max: i64| {
+        value
+            .map(|v| in_range(field, Some(v), min, max, v))
+            .transpose()
+    };
+    let priority = given("priority", req.priority, 0, 9)?;
+    let max_attempts = given("max_attempts", req.max_attempts, 1, 1000)?;
+    let timeout_ms = given("timeout_ms", req.timeout_ms, 1, 24 * 3600 * 1000)?;
+    let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
+    let delay_ms = given("delay_ms", req.delay_ms, 0, max_delay_ms)?;
+    if delay_ms.is_some() && req.run_at.is_some() {
+        return Err(ApiError::invalid("give delay_ms or run_at, not both").field("run_at"));
+    }
+    let payload_version = given("payload_version", req.payload_version, 1, u32::MAX.into())?;
+    let concurrency_limit = given("concurrency_limit", req.concurrency_limit, 1, 1000)?;
+
+    let client = Client::new(state.storage().clone());
+    let mut task = client
+        .enqueue_raw(&req.command_type, &req.payload)
+        .max_attempts(state.config().max_attempts_of(&req.command_type));
+    // Each value is in range (checked above), so the conversions cannot fail.
+    let narrow = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+    if let Some(no) = req.task_no {
+        task = task.task_no(no);
+    }
+    if let Some(queue) = req.queue {
+        task = task.queue(queue);
+    }
+    if let Some(p) = priority {
+        task = task.priority(u8::try_from(p).unwrap_or(u8::MAX));
+    }
+    if let Some(n) = max_attempts {
+        task = task.max_attempts(narrow(n));
+    }
+    if let Some(ms) = timeout_ms {
+        task = task.timeout(Duration::from_millis(u64::from(narrow(ms))));
+    }
+    if let Some(ms) = delay_ms {
+        task = task.run_in(Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+    }
+    if let Some(at) = req.run_at {
+        task = task.run_at(at);
+    }
+    if let Some(v) = payload_version {
+        task = task.payload_version(narrow(v));
+    }
+    if let Some(key) = req.concurrency_key {
+        task = task.concurrency_key(key);
+    }
+    if let Some(n) = concurrency_limit {
+        task = task.concurrency_limit(narrow(n));
+    }
+    if let Some(url) = req.callback_url {
+        task = task.callback_url(url);
+    }
+    let params = task.into_params()?;
+    if params.payload.len() > PAYLOAD_MAX_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             format!(
                 "payload: {} bytes, at most {PAYLOAD_MAX_BYTES}",
-                payload.len()
+                params.payload.len()
             ),
         )
         .field("payload"));
     }
-    let task_no = match req.task_no {
-        Some(no) => TaskNo::new(no)?,
-        None => TaskNo::generate(),
-    };
-    let queue = QueueName::new(req.queue.unwrap_or_else(|| QueueName::DEFAULT.to_owned()))?;
-    let priority = in_range(
-        "priority",
-        req.priority,
-        0,
-        9,
-        i64::from(Priority::DEFAULT.get()),
-    )?;
-    let priority = Priority::new(u8::try_from(priority).unwrap_or(Priority::DEFAULT.get()))?;
-    let d = tenax_core::CommandDefaults::STANDARD;
-    let default_attempts = state.config().max_attempts_of(&req.command_type);
-    let max_attempts = in_range(
-        "max_attempts",
-        req.max_attempts,
-        1,
-        1000,
-        i64::from(default_attempts),
-    )?;
-    let timeout_ms = in_range(
-        "timeout_ms",
-        req.timeout_ms,
-        1,
-        24 * 3600 * 1000,
-        i64::try_from(d.timeout.as_millis()).unwrap_or(i64::MAX),
-    )?;
-    let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
-    let run_at = match (req.delay_ms, req.run_at) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give delay_ms or run_at, not both").field("run_at"));
-        }
-        (Some(_), None) => {
-            let ms = in_range("delay_ms", req.delay_ms, 0, max_delay_ms, 0)?;
-            RunAt::In(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
-        }
-        (None, Some(at)) => RunAt::At(at),
-        (None, None) => RunAt::Now,
-    };
-    let payload_version = in_range(
-        "payload_version",
-        req.payload_version,
-        1,
-        i64::from(u32::MAX),
-        1,
-    )?;
-    let concurrency_limit = in_range("concurrency_limit", req.concurrency_limit, 1, 1000, 1)?;
-    Ok(TaskInsertParams {
-        task_no,
-        command_type: req.command_type,
-        payload,
-        payload_version: u32::try_from(payload_version).unwrap_or(1),
-        queue: queue.to_string(),
-        priority,
-        max_attempts: u32::try_from(max_attempts).unwrap_or(default_attempts),
-        timeout: u64::try_from(timeout_ms).map_or(d.timeout, Duration::from_millis),
-        run_at,
-        now: None,
-        concurrency_key: req.concurrency_key,
-        concurrency_limit: u32::try_from(concurrency_limit).unwrap_or(1),
-        callback_url: req.callback_url,
-        // The enqueuing route names the caller.
-        created_by: None,
-    })
+    Ok(params)
 }
 
 /// 429 when the queue already holds its configured maximum of waiting tasks (a repeat
