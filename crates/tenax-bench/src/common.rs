@@ -1,13 +1,13 @@
 //! What the `tenax bench` subcommands share: the run's own database, worker processes,
-//! the counts and database-clock window of a run, progress bars, quantiles and the
-//! median of several runs.
+//! the counts and database-clock window of a run, progress bars, quantiles, the
+//! median of several runs, and the `NOOP` command the drains run.
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use tenax::storage::TaskRef;
-use tenax::{Client, TaskStatus};
+use tenax::{Client, Command, CommandError, TaskContext, TaskStatus};
 use tenax_storage::bench::Window;
 use tenax_storage::postgres::PgStorage;
 use tenax_storage::sqlite::SqliteStorage;
@@ -16,6 +16,29 @@ use tenax_storage::sqlite::SqliteStorage;
 /// not meet).
 fn schema() -> String {
     format!("tenax_bench_{}", std::process::id())
+}
+
+/// Parse `250ms`, `30s`, `5m`, `1h` (as the rest of the `tenax` command line does).
+pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m)"))
+}
+
+/// `NOOP`: does nothing and succeeds, as the command of that name which `tenax worker`
+/// runs; the in-process workers of a drain register this one.
+pub(crate) struct Noop;
+
+impl Command for Noop {
+    const TYPE: &'static str = "NOOP";
+    type Context = serde_json::Value;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        _ctx: serde_json::Value,
+        _task: &TaskContext,
+    ) -> Result<(), CommandError> {
+        Ok(())
+    }
 }
 
 /// The value below which `p` of the sorted samples lie (nearest rank).
