@@ -18,6 +18,7 @@ mod drain;
 mod enqueue;
 mod latency;
 mod library;
+mod raw;
 mod scale;
 mod steady;
 
