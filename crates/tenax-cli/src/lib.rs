@@ -13,17 +13,6 @@ use clap::{Args, Parser, Subcommand};
 
 mod audit;
 mod bank;
-mod bench;
-mod bench_baseline;
-mod bench_batch;
-mod bench_common;
-mod bench_delayed;
-mod bench_drain;
-mod bench_enqueue;
-mod bench_latency;
-mod bench_library;
-mod bench_scale;
-mod bench_steady;
 mod bulk;
 mod config;
 mod demo;
@@ -105,7 +94,7 @@ enum Commands {
     Migrate,
     /// Measure against a real backend.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(tenax_bench::BenchCommand),
     /// Check the configuration and print what it resolves to.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -172,7 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Demo(args) => demo::run(&database_url, args).await,
         Commands::Bench(command) => {
             init_tracing("warn");
-            bench::run(&database_url, command).await
+            tenax_bench::run(&database_url, command).await
         }
         Commands::Worker(args) => {
             init_tracing("info");

@@ -24,8 +24,6 @@ use chrono::{DateTime, Utc};
 use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 
 mod alert_state;
-#[cfg(feature = "bench")]
-pub mod bench;
 mod bulk;
 mod common;
 mod due;

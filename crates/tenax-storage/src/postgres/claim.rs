@@ -31,7 +31,11 @@ use crate::ATTEMPT_HISTORY_LEN;
 /// (the fast path) queues that are paused or limited are skipped, with `$10` true (the
 /// limited path, under the queue locks) the queues are taken as given. With `$11`, the
 /// command types of `$3` that have a rate limit are skipped and named.
-pub(super) fn claim_sql() -> String {
+///
+/// Public for `tenax bench scale --explain` alone (crate `tenax-bench`), which shows the
+/// plan of this statement; workers claim through `Storage::task_claim_batch`. Not a stable
+/// interface.
+pub fn claim_sql() -> String {
     format!(
         "WITH rated AS (
                      SELECT array_agg(command_type ORDER BY command_type) AS types

@@ -47,8 +47,6 @@ use crate::{Capabilities, Storage, WakeReceiver};
 mod actions;
 mod alert_state;
 mod audit;
-#[cfg(feature = "bench")]
-pub mod bench;
 mod bulk;
 mod claim;
 mod errors;
@@ -71,6 +69,7 @@ mod transactional;
 mod waits;
 mod workflows;
 
+pub use claim::claim_sql;
 pub(crate) use errors::map_err;
 pub use insert::{enqueue_in, enqueue_many_in};
 use listen::listen;

@@ -42,8 +42,6 @@ use crate::{Capabilities, Storage, WakeReceiver};
 mod actions;
 mod alert_state;
 mod audit;
-#[cfg(feature = "bench")]
-pub mod bench;
 mod bulk;
 mod claim;
 mod events;

@@ -1,21 +1,45 @@
 //! What the `tenax bench` subcommands share: the run's own database, worker processes,
-//! the counts and database-clock window of a run, progress bars, quantiles and the
-//! median of several runs.
+//! the counts and database-clock window of a run, progress bars, quantiles, the
+//! median of several runs, and the `NOOP` command the drains run.
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use tenax::storage::TaskRef;
-use tenax::{Client, TaskStatus};
-use tenax_storage::bench::Window;
+use tenax::{Client, Command, CommandError, TaskContext, TaskStatus};
 use tenax_storage::postgres::PgStorage;
 use tenax_storage::sqlite::SqliteStorage;
+
+use crate::raw::Window;
 
 /// The schema a PostgreSQL bench run owns (one per process, so runs side by side do
 /// not meet).
 fn schema() -> String {
     format!("tenax_bench_{}", std::process::id())
+}
+
+/// Parse `250ms`, `30s`, `5m`, `1h` (as the rest of the `tenax` command line does).
+pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m)"))
+}
+
+/// `NOOP`: does nothing and succeeds, as the command of that name which `tenax worker`
+/// runs; the in-process workers of a drain register this one.
+pub(crate) struct Noop;
+
+impl Command for Noop {
+    const TYPE: &'static str = "NOOP";
+    type Context = serde_json::Value;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        _ctx: serde_json::Value,
+        _task: &TaskContext,
+    ) -> Result<(), CommandError> {
+        Ok(())
+    }
 }
 
 /// The value below which `p` of the sorted samples lie (nearest rank).
@@ -105,7 +129,7 @@ pub(crate) async fn drop_bench_schema(database_url: &str, keep: bool) -> anyhow:
     Ok(())
 }
 
-/// The run's database seen through its backend's raw-SQL bench module.
+/// The run's database seen through its backend's raw-SQL baselines (`raw/`).
 pub(crate) enum BenchDb {
     Postgres(PgStorage),
     Sqlite(SqliteStorage),
@@ -125,22 +149,22 @@ impl BenchDb {
 
     pub(crate) async fn window(&self, since_id: i64) -> anyhow::Result<Window> {
         Ok(match self {
-            Self::Postgres(s) => tenax_storage::postgres::bench::window(s, since_id).await?,
-            Self::Sqlite(s) => tenax_storage::sqlite::bench::window(s, since_id).await?,
+            Self::Postgres(s) => crate::raw::postgres::window(s, since_id).await?,
+            Self::Sqlite(s) => crate::raw::sqlite::window(s, since_id).await?,
         })
     }
 
     pub(crate) async fn max_id(&self) -> anyhow::Result<i64> {
         Ok(match self {
-            Self::Postgres(s) => tenax_storage::postgres::bench::max_id(s).await?,
-            Self::Sqlite(s) => tenax_storage::sqlite::bench::max_id(s).await?,
+            Self::Postgres(s) => crate::raw::postgres::max_id(s).await?,
+            Self::Sqlite(s) => crate::raw::sqlite::max_id(s).await?,
         })
     }
 
     pub(crate) async fn reset(&self) -> anyhow::Result<()> {
         match self {
-            Self::Postgres(s) => tenax_storage::postgres::bench::reset(s).await?,
-            Self::Sqlite(s) => tenax_storage::sqlite::bench::reset(s).await?,
+            Self::Postgres(s) => crate::raw::postgres::reset(s).await?,
+            Self::Sqlite(s) => crate::raw::sqlite::reset(s).await?,
         }
         Ok(())
     }
@@ -155,12 +179,11 @@ impl BenchDb {
     ) -> anyhow::Result<()> {
         match self {
             Self::Postgres(s) => {
-                tenax_storage::postgres::bench::raw_insert(s, tasks, batch, prefix, finished)
-                    .await?;
-                tenax_storage::postgres::bench::analyze(s).await?;
+                crate::raw::postgres::raw_insert(s, tasks, batch, prefix, finished).await?;
+                crate::raw::postgres::analyze(s).await?;
             }
             Self::Sqlite(s) => {
-                tenax_storage::sqlite::bench::raw_insert(s, tasks, batch, prefix, finished).await?
+                crate::raw::sqlite::raw_insert(s, tasks, batch, prefix, finished).await?
             }
         }
         Ok(())
@@ -169,10 +192,8 @@ impl BenchDb {
     /// The raw claim+complete drain of every due task; returns the tasks finished.
     pub(crate) async fn raw_drain(&self, clients: u32, batch: u32) -> anyhow::Result<u64> {
         Ok(match self {
-            Self::Postgres(s) => {
-                tenax_storage::postgres::bench::raw_drain(s, clients, batch).await?
-            }
-            Self::Sqlite(s) => tenax_storage::sqlite::bench::raw_drain(s, batch).await?,
+            Self::Postgres(s) => crate::raw::postgres::raw_drain(s, clients, batch).await?,
+            Self::Sqlite(s) => crate::raw::sqlite::raw_drain(s, batch).await?,
         })
     }
 }
@@ -188,9 +209,7 @@ impl BenchDb {
     ) -> anyhow::Result<Option<f64>> {
         match self {
             Self::Postgres(s) => {
-                let done =
-                    tenax_storage::postgres::bench::raw_lifecycle(s, clients, batch, duration)
-                        .await?;
+                let done = crate::raw::postgres::raw_lifecycle(s, clients, batch, duration).await?;
                 let window = self.window(0).await?;
                 if window.succeeded != done || window.other != 0 {
                     anyhow::bail!(
@@ -211,9 +230,7 @@ impl BenchDb {
     /// `None` elsewhere).
     pub(crate) async fn explain_claim(&self, limit: u32) -> anyhow::Result<Option<String>> {
         Ok(match self {
-            Self::Postgres(s) => {
-                Some(tenax_storage::postgres::bench::explain_claim(s, limit).await?)
-            }
+            Self::Postgres(s) => Some(crate::raw::postgres::explain_claim(s, limit).await?),
             Self::Sqlite(_) => None,
         })
     }
@@ -228,10 +245,10 @@ impl BenchDb {
         let started = Instant::now();
         match self {
             Self::Postgres(s) => {
-                tenax_storage::postgres::bench::raw_insert(s, tasks, batch, prefix, false).await?
+                crate::raw::postgres::raw_insert(s, tasks, batch, prefix, false).await?
             }
             Self::Sqlite(s) => {
-                tenax_storage::sqlite::bench::raw_insert(s, tasks, batch, prefix, false).await?
+                crate::raw::sqlite::raw_insert(s, tasks, batch, prefix, false).await?
             }
         }
         Ok(tasks as f64 / started.elapsed().as_secs_f64().max(1e-6))
@@ -249,7 +266,7 @@ impl BenchDb {
         let started = Instant::now();
         match self {
             Self::Postgres(s) => {
-                tenax_storage::postgres::bench::raw_insert_sent(s, tasks, batch, prefix).await?
+                crate::raw::postgres::raw_insert_sent(s, tasks, batch, prefix).await?
             }
             Self::Sqlite(_) => return Ok(None),
         }

@@ -16,13 +16,13 @@ use tenax::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::bench_common::{bench_url, drop_bench_schema, progress_bar, Spread};
+use crate::common::{bench_url, drop_bench_schema, progress_bar, Spread};
 
 /// Tasks per batch of the batch command.
 const BATCH: u32 = 200;
 
 #[derive(Debug, Clone, Args)]
-pub(crate) struct BatchArgs {
+pub struct BatchArgs {
     /// Notifications in each phase of each run.
     #[arg(long, default_value_t = 20_000)]
     pub(crate) tasks: u64,
@@ -30,13 +30,13 @@ pub(crate) struct BatchArgs {
     #[arg(long, default_value_t = 20)]
     pub(crate) concurrency: u32,
     /// Cost of one gateway call, for one task or a whole batch.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "0s")]
+    #[arg(long, value_parser = crate::common::parse_duration, default_value = "0s")]
     pub(crate) call: Duration,
     /// Runs; the median and min–max are reported.
     #[arg(long, default_value_t = 3)]
     pub(crate) runs: usize,
     /// Longest a phase may take.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::common::parse_duration, default_value = "10m")]
     pub(crate) timeout: Duration,
     /// Keep the bench schema afterwards (PostgreSQL).
     #[arg(long)]

@@ -18,7 +18,7 @@ use tenax::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::bench_common::{progress_bar, BenchDb};
+use crate::common::{progress_bar, BenchDb};
 
 /// Which of a drain's tasks ran, by the order number in their payload.
 struct Tally {
@@ -308,7 +308,7 @@ pub(crate) async fn latency_in_process(
             .enqueue::<StampedNoop>(serde_json::json!({}))
             .await?
             .task;
-        crate::bench_common::wait_finished(client, &[warm.id], Duration::from_secs(30)).await?;
+        crate::common::wait_finished(client, &[warm.id], Duration::from_secs(30)).await?;
 
         let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
         let mut ticker = tokio::time::interval(interval);
@@ -327,7 +327,7 @@ pub(crate) async fn latency_in_process(
         }
         let enqueue_seconds = began.elapsed().as_secs_f64();
         let ids: Vec<TaskId> = sent.iter().map(|(id, _)| *id).collect();
-        crate::bench_common::wait_finished(client, &ids, Duration::from_secs(60)).await?;
+        crate::common::wait_finished(client, &ids, Duration::from_secs(60)).await?;
         anyhow::Ok((sent, enqueue_seconds))
     }
     .await;

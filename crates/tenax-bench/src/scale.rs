@@ -6,11 +6,11 @@ use clap::Args;
 use comfy_table::Table;
 use tenax::Client;
 
-use crate::bench_common::{bench_url, drop_bench_schema, BenchDb, Spread};
-use crate::bench_drain::{drain_with_workers, DrainSetup};
+use crate::common::{bench_url, drop_bench_schema, BenchDb, Spread};
+use crate::drain::{drain_with_workers, DrainSetup};
 
 #[derive(Debug, Args)]
-pub(crate) struct ScaleArgs {
+pub struct ScaleArgs {
     /// Succeeded rows already in the table.
     #[arg(long, default_value_t = 1_000_000)]
     finished: u64,

@@ -1,23 +1,29 @@
-//! What the backends' `bench` modules share (feature `bench`).
+//! The raw-SQL baselines and table fillers of `tenax bench`, one module per backend,
+//! and what they share. They write the tables Tenax's migrations made, through the
+//! connection pools of the storages the bench opened; nothing here is used by workers
+//! or clients.
 use chrono::{DateTime, Utc};
+
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
 
 /// What the tasks table holds after a run: counts and the database-clock window from
 /// the first start to the last finish of the succeeded tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
+pub(crate) struct Window {
     /// Tasks that succeeded.
-    pub succeeded: u64,
+    pub(crate) succeeded: u64,
     /// Tasks in any other status.
-    pub other: u64,
+    pub(crate) other: u64,
     /// The earliest `started_at` of a succeeded task.
-    pub first_start: Option<DateTime<Utc>>,
+    pub(crate) first_start: Option<DateTime<Utc>>,
     /// The latest `finished_at` of a succeeded task.
-    pub last_finish: Option<DateTime<Utc>>,
+    pub(crate) last_finish: Option<DateTime<Utc>>,
 }
 
 impl Window {
     /// Seconds from the first start to the last finish (zero when nothing ran).
-    pub fn seconds(&self) -> f64 {
+    pub(crate) fn seconds(&self) -> f64 {
         match (self.first_start, self.last_finish) {
             (Some(a), Some(b)) => (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6,
             _ => 0.0,

@@ -1,7 +1,7 @@
 //! `tenax bench drain`: N no-op tasks enqueued first (in bulk), then drained by W
 //! worker processes at concurrency C, for each C of a list. The rate runs from the
 //! first claim to the last completion, both from the database's clock. With
-//! `--in-process`, the bench is a user of the library instead (`bench_library.rs`):
+//! `--in-process`, the bench is a user of the library instead (`library.rs`):
 //! it enqueues, runs the workers and times the drain itself. Each run also drains the
 //! same number of tasks with the backend's raw claim+complete baseline, in the same
 //! database, so the figure is also a ratio.
@@ -12,14 +12,13 @@ use comfy_table::Table;
 use tenax::{Client, Registry, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::bank::Noop;
-use crate::bench_common::{
-    bench_url, drop_bench_schema, progress_bar, spawn_worker, wait_succeeded, BenchDb, Spread,
+use crate::common::{
+    bench_url, drop_bench_schema, progress_bar, spawn_worker, wait_succeeded, BenchDb, Noop, Spread,
 };
-use crate::bench_library::{drain_in_process, LibraryDrain};
+use crate::library::{drain_in_process, LibraryDrain};
 
 #[derive(Debug, Clone, Args)]
-pub(crate) struct DrainArgs {
+pub struct DrainArgs {
     /// Tasks to drain in each run.
     #[arg(long, default_value_t = 20_000)]
     pub(crate) tasks: u64,
@@ -49,7 +48,7 @@ pub(crate) struct DrainArgs {
     #[arg(long, default_value_t = 3)]
     pub(crate) runs: usize,
     /// Longest a run may take.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::common::parse_duration, default_value = "10m")]
     pub(crate) timeout: Duration,
     /// Keep the bench schema afterwards (PostgreSQL).
     #[arg(long)]
@@ -76,7 +75,7 @@ pub(crate) struct DrainSetup {
     #[arg(long, default_value_t = 3)]
     pub(crate) runs: usize,
     /// Longest a run may take.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::common::parse_duration, default_value = "10m")]
     pub(crate) timeout: Duration,
     /// Keep the bench schema afterwards (PostgreSQL).
     #[arg(long)]

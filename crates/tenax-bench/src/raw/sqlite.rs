@@ -1,19 +1,31 @@
-//! Raw-SQL baselines for `tenax bench` (feature `bench`) on SQLite: the same columns
-//! Tenax writes, on the same table and indexes, each write one `BEGIN IMMEDIATE`
-//! transaction as Tenax's are. Not part of the `Storage` seam.
-use sqlx::Row;
+//! Raw-SQL baselines for `tenax bench` on SQLite: the same columns Tenax writes, on
+//! the same table and indexes, each write one `BEGIN IMMEDIATE` transaction as
+//! Tenax's are (on a connection of the storage's pool, which has Tenax's settings).
+//! Not part of the `Storage` seam.
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::Sqlite;
+use sqlx::{Row, Transaction};
+use tenax_storage::sqlite::SqliteStorage;
 
-use super::rows::ms;
-use super::{map_err, SqliteStorage};
-use crate::error::Result;
-
-pub use crate::bench::Window;
+use super::Window;
 
 /// The database clock in milliseconds, as Tenax's writes take it.
 const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
+/// A write transaction, begun as Tenax begins its own.
+async fn begin(storage: &SqliteStorage) -> Result<Transaction<'static, Sqlite>> {
+    Ok(storage.pool().begin_with("BEGIN IMMEDIATE").await?)
+}
+
+/// A time of the tasks table (milliseconds since the Unix epoch).
+fn ms(value: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(value)
+        .with_context(|| format!("corrupt row: time {value} ms is out of range"))
+}
+
 /// Counts and window of the tasks table; `since_id` leaves out older rows (0 for all).
-pub async fn window(storage: &SqliteStorage, since_id: i64) -> Result<Window> {
+pub(crate) async fn window(storage: &SqliteStorage, since_id: i64) -> Result<Window> {
     let row = sqlx::query(
         "SELECT COALESCE(SUM(status = 'succeeded'), 0) AS succeeded,
                 COALESCE(SUM(status <> 'succeeded'), 0) AS other,
@@ -23,42 +35,38 @@ pub async fn window(storage: &SqliteStorage, since_id: i64) -> Result<Window> {
     )
     .bind(since_id)
     .fetch_one(storage.pool())
-    .await
-    .map_err(map_err)?;
-    let time = |name: &str| -> Result<_> {
-        row.try_get::<Option<i64>, _>(name)
-            .map_err(map_err)?
-            .map(ms)
-            .transpose()
-    };
+    .await?;
+    let time =
+        |name: &str| -> Result<_> { row.try_get::<Option<i64>, _>(name)?.map(ms).transpose() };
     Ok(Window {
-        succeeded: u64::try_from(row.try_get::<i64, _>("succeeded").map_err(map_err)?).unwrap_or(0),
-        other: u64::try_from(row.try_get::<i64, _>("other").map_err(map_err)?).unwrap_or(0),
+        succeeded: u64::try_from(row.try_get::<i64, _>("succeeded")?).unwrap_or(0),
+        other: u64::try_from(row.try_get::<i64, _>("other")?).unwrap_or(0),
         first_start: time("first_start")?,
         last_finish: time("last_finish")?,
     })
 }
 
 /// The highest task id so far (0 when the table is empty).
-pub async fn max_id(storage: &SqliteStorage) -> Result<i64> {
-    sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM tenax_tasks")
-        .fetch_one(storage.pool())
-        .await
-        .map_err(map_err)
+pub(crate) async fn max_id(storage: &SqliteStorage) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM tenax_tasks")
+            .fetch_one(storage.pool())
+            .await?,
+    )
 }
 
 /// Empty the tasks and their attempt history.
-pub async fn reset(storage: &SqliteStorage) -> Result<()> {
-    let mut tx = storage.begin().await?;
+pub(crate) async fn reset(storage: &SqliteStorage) -> Result<()> {
+    let mut tx = begin(storage).await?;
     for sql in ["DELETE FROM tenax_tasks", "DELETE FROM tenax_attempts"] {
-        sqlx::query(sql).execute(&mut *tx).await.map_err(map_err)?;
+        sqlx::query(sql).execute(&mut *tx).await?;
     }
-    tx.commit().await.map_err(map_err)
+    Ok(tx.commit().await?)
 }
 
 /// Insert `tasks` `NOOP` tasks of the `default` queue, one multi-row `INSERT` (and one
 /// commit) per `batch`, as pending or (`finished`) already succeeded.
-pub async fn raw_insert(
+pub(crate) async fn raw_insert(
     storage: &SqliteStorage,
     tasks: u64,
     batch: u64,
@@ -82,15 +90,14 @@ pub async fn raw_insert(
     let mut start = 0;
     while start < tasks {
         let end = (start + batch).min(tasks);
-        let mut tx = storage.begin().await?;
+        let mut tx = begin(storage).await?;
         sqlx::query(&sql)
             .bind(i64::try_from(start).unwrap_or(i64::MAX))
             .bind(i64::try_from(end).unwrap_or(i64::MAX) - 1)
             .bind(prefix)
             .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
+            .await?;
+        tx.commit().await?;
         start = end;
     }
     Ok(())
@@ -100,7 +107,7 @@ pub async fn raw_insert(
 /// complete `batch` (one commit, attempts closed), each step one statement per table
 /// for the whole batch, as `L2` of the database's own limits. Returns the tasks
 /// finished.
-pub async fn raw_drain(storage: &SqliteStorage, batch: u32) -> Result<u64> {
+pub(crate) async fn raw_drain(storage: &SqliteStorage, batch: u32) -> Result<u64> {
     let claim = format!(
         "UPDATE tenax_tasks
          SET status = 'running', attempt = attempt + 1, lease_epoch = lease_epoch + 1,
@@ -134,36 +141,26 @@ pub async fn raw_drain(storage: &SqliteStorage, batch: u32) -> Result<u64> {
     );
     let mut done = 0;
     loop {
-        let mut tx = storage.begin().await?;
+        let mut tx = begin(storage).await?;
         let leases: Vec<(i64, i64, i64)> = sqlx::query_as(&claim)
             .bind(i64::from(batch))
             .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
+            .await?;
         if leases.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
+            tx.rollback().await?;
             return Ok(done);
         }
-        let leases = crate::common::json_list(&leases);
-        sqlx::query(&open)
-            .bind(&leases)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        let mut tx = storage.begin().await?;
+        let leases = serde_json::to_string(&leases)?;
+        sqlx::query(&open).bind(&leases).execute(&mut *tx).await?;
+        tx.commit().await?;
+        let mut tx = begin(storage).await?;
         let finished = sqlx::query(&complete)
             .bind(&leases)
             .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
+            .await?
             .rows_affected();
-        sqlx::query(&close)
-            .bind(&leases)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
+        sqlx::query(&close).bind(&leases).execute(&mut *tx).await?;
+        tx.commit().await?;
         done += finished;
     }
 }

@@ -3,7 +3,7 @@
 //! (`created_at` of the insert, `started_at` of the claim), so no clock of this
 //! process takes part. With `--in-process`, the worker is a library `Worker` idle in
 //! the producer's process, and each task's latency runs from just before its enqueue
-//! call to its handler's start on the monotonic clock (`bench_library.rs`), beside the
+//! call to its handler's start on the monotonic clock (`library.rs`), beside the
 //! database's figure of the same tasks.
 use std::time::{Duration, Instant};
 
@@ -13,12 +13,12 @@ use comfy_table::Table;
 use tenax::storage::TaskRef;
 use tenax::Client;
 
-use crate::bench_common::{bench_url, quantile, spawn_worker, wait_finished};
-use crate::bench_library::latency_in_process;
-use crate::parse_duration;
+use crate::common::parse_duration;
+use crate::common::{bench_url, quantile, spawn_worker, wait_finished};
+use crate::library::latency_in_process;
 
 #[derive(Debug, Args)]
-pub(crate) struct LatencyArgs {
+pub struct LatencyArgs {
     /// Tasks to measure [default: 1000 with --in-process, else 500].
     #[arg(long)]
     tasks: Option<usize>,
@@ -98,7 +98,7 @@ pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Re
     let call_to_start = call_to_start.map(percentiles);
     let backend = client.storage().backend();
     drop(client);
-    crate::bench_common::drop_bench_schema(database_url, false).await?;
+    crate::common::drop_bench_schema(database_url, false).await?;
     if args.json {
         println!(
             "{}",

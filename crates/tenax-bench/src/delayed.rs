@@ -13,11 +13,11 @@ use comfy_table::Table;
 use tenax::storage::TaskRef;
 use tenax::Client;
 
-use crate::bench_common::{bench_url, quantile, spawn_worker, wait_finished};
-use crate::parse_duration;
+use crate::common::parse_duration;
+use crate::common::{bench_url, quantile, spawn_worker, wait_finished};
 
 #[derive(Debug, Args)]
-pub(crate) struct DelayedArgs {
+pub struct DelayedArgs {
     /// Tasks to measure.
     #[arg(long, default_value_t = 200)]
     tasks: usize,
@@ -94,7 +94,7 @@ pub(crate) async fn delayed(database_url: &str, args: DelayedArgs) -> anyhow::Re
     let min = samples.first().copied().unwrap_or(f64::NAN);
     let backend = client.storage().backend();
     drop(client);
-    crate::bench_common::drop_bench_schema(database_url, false).await?;
+    crate::common::drop_bench_schema(database_url, false).await?;
     let poll_ms = args.poll_interval.as_secs_f64() * 1000.0;
     if args.json {
         println!(

@@ -13,10 +13,10 @@ use clap::Args;
 use comfy_table::Table;
 use tenax::{Client, Command, CommandError, TaskContext};
 
-use crate::bench_common::{bench_url, drop_bench_schema, progress_bar, BenchDb, Spread};
+use crate::common::{bench_url, drop_bench_schema, progress_bar, BenchDb, Spread};
 
 #[derive(Debug, Args)]
-pub(crate) struct EnqueueArgs {
+pub struct EnqueueArgs {
     /// Tasks to enqueue in bulk (and raw) in each run.
     #[arg(long, default_value_t = 10_000)]
     tasks: usize,

@@ -12,13 +12,11 @@ use comfy_table::Table;
 use indicatif::ProgressBar;
 use tenax::Client;
 
-use crate::bench_common::{
-    bench_url, drop_bench_schema, spawn_worker, wait_succeeded, BenchDb, Spread,
-};
-use crate::parse_duration;
+use crate::common::parse_duration;
+use crate::common::{bench_url, drop_bench_schema, spawn_worker, wait_succeeded, BenchDb, Spread};
 
 #[derive(Debug, Args)]
-pub(crate) struct SteadyArgs {
+pub struct SteadyArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 1)]
     workers: u32,

@@ -10,11 +10,11 @@ use clap::Args;
 use comfy_table::Table;
 use tenax::Client;
 
-use crate::bench_common::{bench_url, drop_bench_schema, BenchDb, Spread};
-use crate::parse_duration;
+use crate::common::parse_duration;
+use crate::common::{bench_url, drop_bench_schema, BenchDb, Spread};
 
 #[derive(Debug, Args)]
-pub(crate) struct BaselineArgs {
+pub struct BaselineArgs {
     /// Tasks inserted and drained in each run.
     #[arg(long, default_value_t = 20_000)]
     tasks: u64,

@@ -1,20 +1,19 @@
-//! Raw-SQL baselines for `tenax bench` (feature `bench`): the smallest statements that
+//! Raw-SQL baselines for `tenax bench` on PostgreSQL: the smallest statements that
 //! write the same columns Tenax writes, on the same table and indexes, so that a Tenax
 //! figure can be read as a ratio to what the database itself can do. Not part of the
 //! `Storage` seam: nothing here is used by workers or clients.
 use std::time::Duration;
 
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
+use tenax_storage::postgres::PgStorage;
 
-use super::{map_err, PgStorage};
-use crate::error::Result;
-
-pub use crate::bench::Window;
+use super::Window;
 
 /// Counts and window of the tasks table; `since_id` leaves out older rows (0 for all).
-pub async fn window(storage: &PgStorage, since_id: i64) -> Result<Window> {
+pub(crate) async fn window(storage: &PgStorage, since_id: i64) -> Result<Window> {
     let row = sqlx::query(
         "SELECT count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
                 count(*) FILTER (WHERE status <> 'succeeded') AS other,
@@ -24,39 +23,37 @@ pub async fn window(storage: &PgStorage, since_id: i64) -> Result<Window> {
     )
     .bind(since_id)
     .fetch_one(storage.pool())
-    .await
-    .map_err(map_err)?;
+    .await?;
     Ok(Window {
-        succeeded: u64::try_from(row.try_get::<i64, _>("succeeded").map_err(map_err)?).unwrap_or(0),
-        other: u64::try_from(row.try_get::<i64, _>("other").map_err(map_err)?).unwrap_or(0),
-        first_start: row.try_get("first_start").map_err(map_err)?,
-        last_finish: row.try_get("last_finish").map_err(map_err)?,
+        succeeded: u64::try_from(row.try_get::<i64, _>("succeeded")?).unwrap_or(0),
+        other: u64::try_from(row.try_get::<i64, _>("other")?).unwrap_or(0),
+        first_start: row.try_get("first_start")?,
+        last_finish: row.try_get("last_finish")?,
     })
 }
 
 /// The highest task id so far (0 when the table is empty).
-pub async fn max_id(storage: &PgStorage) -> Result<i64> {
-    sqlx::query_scalar("SELECT COALESCE(max(id), 0) FROM tenax_tasks")
-        .fetch_one(storage.pool())
-        .await
-        .map_err(map_err)
+pub(crate) async fn max_id(storage: &PgStorage) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT COALESCE(max(id), 0) FROM tenax_tasks")
+            .fetch_one(storage.pool())
+            .await?,
+    )
 }
 
 /// Empty the tasks and their attempt history, and refresh the planner's statistics.
-pub async fn reset(storage: &PgStorage) -> Result<()> {
+pub(crate) async fn reset(storage: &PgStorage) -> Result<()> {
     sqlx::query("TRUNCATE tenax_tasks, tenax_attempts")
         .execute(storage.pool())
-        .await
-        .map_err(map_err)?;
+        .await?;
     analyze(storage).await
 }
 
 /// Refresh the planner's statistics of the tasks table (after a bulk load).
-pub async fn analyze(storage: &PgStorage) -> Result<()> {
+pub(crate) async fn analyze(storage: &PgStorage) -> Result<()> {
     sqlx::query("VACUUM ANALYZE tenax_tasks")
         .execute(storage.pool())
-        .await
-        .map_err(map_err)?;
+        .await?;
     Ok(())
 }
 
@@ -75,7 +72,7 @@ const BENCH_PRIORITY: i16 = 5;
 /// which fills an unset flag, does not fire: the baseline is the database's own insert,
 /// not Tenax's trigger. `finished` inserts them as already
 /// succeeded (to fill the table for the scale run); task numbers start with `prefix`.
-pub async fn raw_insert(
+pub(crate) async fn raw_insert(
     storage: &PgStorage,
     tasks: u64,
     batch: u64,
@@ -115,8 +112,7 @@ async fn insert_rows(
             .bind(i64::try_from(end).unwrap_or(i64::MAX) - 1)
             .bind(prefix)
             .execute(pool)
-            .await
-            .map_err(map_err)?;
+            .await?;
         start = end;
     }
     Ok(())
@@ -136,7 +132,7 @@ const SENT_COLUMNS: usize = 11;
 /// batch, so it pays what Tenax pays to build and send each row's values, which
 /// [`raw_insert`] (its rows made by the database) does not. Task numbers start with
 /// `prefix`.
-pub async fn raw_insert_sent(
+pub(crate) async fn raw_insert_sent(
     storage: &PgStorage,
     tasks: u64,
     batch: u64,
@@ -166,7 +162,7 @@ pub async fn raw_insert_sent(
                 .push_bind(None::<&str>)
                 .push("'pending', now(), now(), now(), FALSE");
         });
-        qb.build().execute(storage.pool()).await.map_err(map_err)?;
+        qb.build().execute(storage.pool()).await?;
         next = stop;
     }
     Ok(())
@@ -212,30 +208,28 @@ async fn claim_complete_once(pool: &PgPool, batch: i64, worker: &str) -> Result<
         .bind(batch)
         .bind(worker)
         .fetch_all(pool)
-        .await
-        .map_err(map_err)?;
+        .await?;
     if rows.is_empty() {
         return Ok(0);
     }
     let mut ids = Vec::with_capacity(rows.len());
     let mut epochs = Vec::with_capacity(rows.len());
     for row in &rows {
-        ids.push(row.try_get::<i64, _>(0).map_err(map_err)?);
-        epochs.push(row.try_get::<i64, _>(1).map_err(map_err)?);
+        ids.push(row.try_get::<i64, _>(0)?);
+        epochs.push(row.try_get::<i64, _>(1)?);
     }
     sqlx::query(COMPLETE)
         .bind(&ids)
         .bind(&epochs)
         .execute(pool)
-        .await
-        .map_err(map_err)?;
+        .await?;
     Ok(rows.len() as u64)
 }
 
 /// Drain the due tasks with `clients` concurrent loops of claim `batch` + complete
 /// `batch` (two commits per batch, like the database's own claim+complete limit).
 /// Returns the tasks finished.
-pub async fn raw_drain(storage: &PgStorage, clients: u32, batch: u32) -> Result<u64> {
+pub(crate) async fn raw_drain(storage: &PgStorage, clients: u32, batch: u32) -> Result<u64> {
     let mut loops = tokio::task::JoinSet::new();
     for client in 0..clients.max(1) {
         let pool = storage.pool().clone();
@@ -245,7 +239,7 @@ pub async fn raw_drain(storage: &PgStorage, clients: u32, batch: u32) -> Result<
             loop {
                 let n = claim_complete_once(&pool, i64::from(batch), &worker).await?;
                 if n == 0 {
-                    return Ok::<u64, crate::error::StorageError>(done);
+                    return anyhow::Ok(done);
                 }
                 done += n;
             }
@@ -253,7 +247,7 @@ pub async fn raw_drain(storage: &PgStorage, clients: u32, batch: u32) -> Result<
     }
     let mut done = 0;
     while let Some(joined) = loops.join_next().await {
-        done += joined.map_err(|e| crate::error::StorageError::Database(Box::new(e)))??;
+        done += joined??;
     }
     Ok(done)
 }
@@ -261,7 +255,7 @@ pub async fn raw_drain(storage: &PgStorage, clients: u32, batch: u32) -> Result<
 /// The smallest life cycle for `duration`: each of `clients` loops inserts `batch`
 /// tasks (one commit), claims `batch` (one commit) and completes them (one commit).
 /// Returns the tasks that went through the whole cycle.
-pub async fn raw_lifecycle(
+pub(crate) async fn raw_lifecycle(
     storage: &PgStorage,
     clients: u32,
     batch: u32,
@@ -281,21 +275,24 @@ pub async fn raw_lifecycle(
                 done += claim_complete_once(&pool, i64::from(batch), &worker).await?;
                 round += 1;
             }
-            Ok::<u64, crate::error::StorageError>(done)
+            anyhow::Ok(done)
         });
     }
     let mut done = 0;
     while let Some(joined) = loops.join_next().await {
-        done += joined.map_err(|e| crate::error::StorageError::Database(Box::new(e)))??;
+        done += joined??;
     }
     Ok(done)
 }
 
 /// `EXPLAIN (ANALYZE, BUFFERS)` of Tenax's own fast-path claim of `limit` tasks of the
 /// `default` queue for `NOOP`, run in a transaction that is rolled back (nothing moves).
-pub async fn explain_claim(storage: &PgStorage, limit: u32) -> Result<String> {
-    let sql = format!("EXPLAIN (ANALYZE, BUFFERS) {}", super::claim::claim_sql());
-    let mut tx = storage.pool().begin().await.map_err(map_err)?;
+pub(crate) async fn explain_claim(storage: &PgStorage, limit: u32) -> Result<String> {
+    let sql = format!(
+        "EXPLAIN (ANALYZE, BUFFERS) {}",
+        tenax_storage::postgres::claim_sql()
+    );
+    let mut tx = storage.pool().begin().await?;
     let rows = sqlx::query(&sql)
         .bind(None::<DateTime<Utc>>)
         .bind(vec!["default".to_owned()])
@@ -303,17 +300,16 @@ pub async fn explain_claim(storage: &PgStorage, limit: u32) -> Result<String> {
         .bind(i64::from(limit))
         .bind("explain")
         .bind(30_000f64)
-        .bind(crate::ATTEMPT_HISTORY_LEN)
+        .bind(tenax_storage::ATTEMPT_HISTORY_LEN)
         .bind(vec![i32::MAX])
         .bind(vec![i64::from(limit)])
         .bind(false)
         .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-    tx.rollback().await.map_err(map_err)?;
+        .await?;
+    tx.rollback().await?;
     let mut plan = String::new();
     for row in &rows {
-        plan.push_str(&row.try_get::<String, _>(0).map_err(map_err)?);
+        plan.push_str(&row.try_get::<String, _>(0)?);
         plan.push('\n');
     }
     Ok(plan)
