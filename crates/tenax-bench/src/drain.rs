@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::common::{
     bench_url, drop_bench_schema, progress_bar, spawn_worker, wait_succeeded, BenchDb, Noop, Spread,
 };
-use crate::library::{drain_in_process, LibraryDrain};
+use crate::library::{drain_in_process, Fleet, LibraryDrain};
 
 #[derive(Debug, Clone, Args)]
 pub struct DrainArgs {
@@ -35,6 +35,11 @@ pub struct DrainArgs {
     /// `tenax worker` children drain, timed by the database's clock.
     #[arg(long)]
     pub(crate) in_process: bool,
+    /// With --in-process: hold each worker's buffer of claimed tasks at this size
+    /// (`WorkerConfig::prefetch`, at most the claim batch of 100; 0 turns it off).
+    /// Unset, the default: the buffer follows the handlers' pace.
+    #[arg(long, requires = "in_process")]
+    pub(crate) prefetch: Option<u32>,
     /// Tasks per `Client::enqueue_many` call.
     #[arg(long, default_value_t = 1_000)]
     pub(crate) enqueue_batch: u64,
@@ -198,8 +203,11 @@ async fn drain_once(
             db,
             args.tasks,
             args.enqueue_batch,
-            args.workers,
-            concurrency,
+            Fleet {
+                workers: args.workers,
+                concurrency,
+                prefetch: args.prefetch,
+            },
             args.timeout,
         )
         .await?;
@@ -300,7 +308,7 @@ fn report(backend: &str, args: &DrainArgs, levels: &[Vec<DrainRun>]) {
             let mut line = serde_json::json!({
                 "bench": "drain", "backend": backend, "tasks": args.tasks,
                 "workers": args.workers, "concurrency": concurrency,
-                "in_process": args.in_process, "runs": runs.len(),
+                "in_process": args.in_process, "prefetch": args.prefetch, "runs": runs.len(),
                 "tasks_per_s": tenax, "baseline_per_s": base, "ratio": ratio,
                 "baseline_clients": args.baseline_clients, "baseline_batch": args.batch,
                 "enqueue_batch": args.enqueue_batch,

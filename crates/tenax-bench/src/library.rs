@@ -102,20 +102,30 @@ impl Command for TalliedNoop {
     }
 }
 
-/// Start `workers` library workers of `WorkerConfig::default()` but `concurrency`.
+/// The library workers a run starts: `WorkerConfig::default()` but these.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fleet {
+    pub(crate) workers: u32,
+    pub(crate) concurrency: u32,
+    /// `WorkerConfig::prefetch`: `None` keeps the default (the buffer follows the
+    /// handlers' pace).
+    pub(crate) prefetch: Option<u32>,
+}
+
+/// Start the fleet's library workers.
 fn start_workers<C: Command + Clone>(
     client: &Client,
     command: C,
-    workers: u32,
-    concurrency: u32,
+    fleet: Fleet,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<Result<(), tenax::Error>>>> {
     let mut handles = Vec::new();
-    for _ in 0..workers.max(1) {
+    for _ in 0..fleet.workers.max(1) {
         let mut registry = Registry::new();
         registry.register(command.clone())?;
         let config = WorkerConfig {
-            concurrency,
+            concurrency: fleet.concurrency,
+            prefetch: fleet.prefetch,
             ..WorkerConfig::default()
         };
         let worker = Worker::new(client.storage().clone(), registry, config)?;
@@ -165,8 +175,7 @@ pub(crate) async fn drain_in_process(
     db: &BenchDb,
     tasks: u64,
     batch: u64,
-    workers: u32,
-    concurrency: u32,
+    fleet: Fleet,
     timeout: Duration,
 ) -> anyhow::Result<LibraryDrain> {
     let tally = Tally::new(tasks);
@@ -192,13 +201,7 @@ pub(crate) async fn drain_in_process(
     let stop = CancellationToken::new();
     let started = Instant::now();
     let deadline = started + timeout;
-    let handles = start_workers(
-        client,
-        TalliedNoop(tally.clone()),
-        workers,
-        concurrency,
-        &stop,
-    )?;
+    let handles = start_workers(client, TalliedNoop(tally.clone()), fleet, &stop)?;
     let bar = progress_bar(tasks, "drain");
     let watch = {
         let (tally, bar) = (tally.clone(), bar.clone());
@@ -301,7 +304,12 @@ pub(crate) async fn latency_in_process(
 ) -> anyhow::Result<Stamped> {
     let starts = Arc::new(Starts::default());
     let stop = CancellationToken::new();
-    let handles = start_workers(client, StampedNoop(starts.clone()), 1, concurrency, &stop)?;
+    let fleet = Fleet {
+        workers: 1,
+        concurrency,
+        prefetch: None,
+    };
+    let handles = start_workers(client, StampedNoop(starts.clone()), fleet, &stop)?;
     let measured = async {
         // Warm up: the worker is ready, and idle again, once it has run one task.
         let warm = client
