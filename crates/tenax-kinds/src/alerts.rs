@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{config_err, AlertsConfig, ConfigError};
 use crate::deliver::{self, Posted};
+use crate::outbound;
 
 /// Sends death alerts; run it with [`DeathAlerter::run`].
 pub struct DeathAlerter {
@@ -46,7 +47,7 @@ impl DeathAlerter {
         let Some(url) = config.webhook_url.clone() else {
             return Ok(None);
         };
-        let client = deliver::client(config.timeout)
+        let client = outbound::client(config.timeout)
             .map_err(|e| config_err("alerts", format!("cannot build an HTTP client: {e}")))?;
         Ok(Some(Self {
             storage,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{CallbacksConfig, ConfigError};
 use crate::deliver::{self, Posted};
+use crate::outbound;
 
 /// Rows claimed at once.
 const BATCH: u32 = 50;
@@ -34,7 +35,7 @@ impl CallbackSender {
     /// A sender with these settings (validated here).
     pub fn new(storage: Arc<dyn Storage>, config: CallbacksConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let client = deliver::client(config.timeout).map_err(|e| {
+        let client = outbound::client(config.timeout).map_err(|e| {
             crate::config::config_err("callbacks", format!("cannot build an HTTP client: {e}"))
         })?;
         Ok(Self {

@@ -17,11 +17,18 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-pub(crate) fn config_err(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        reason: reason.into(),
+impl ConfigError {
+    /// The error of `key`, for `reason`.
+    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            reason: reason.into(),
+        }
     }
+}
+
+pub(crate) fn config_err(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::new(key, reason)
 }
 
 fn parse_duration<'de, D: Deserializer<'de>>(text: &str) -> Result<Duration, D::Error> {
@@ -32,12 +39,15 @@ fn parse_duration<'de, D: Deserializer<'de>>(text: &str) -> Result<Duration, D::
     })
 }
 
-pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+/// A duration written as text (`250ms`, `30s`, `5m`, `1day`), for
+/// `#[serde(deserialize_with = "...")]`.
+pub fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration::<D>(&text)
 }
 
-pub(crate) fn duration_opt<'de, D: Deserializer<'de>>(
+/// An optional duration written as text, for `#[serde(default, deserialize_with = "...")]`.
+pub fn duration_opt<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Duration>, D::Error> {
     duration_map(deserializer)

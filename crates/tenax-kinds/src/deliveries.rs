@@ -225,7 +225,7 @@ impl Deliveries {
 /// Build the HTTP client a sender will use, so that a configuration it cannot run
 /// with is refused before the worker starts.
 fn check_client(table: &str, timeout: std::time::Duration) -> Result<(), ConfigError> {
-    crate::deliver::client(timeout)
+    crate::outbound::client(timeout)
         .map(drop)
         .map_err(|e| crate::config::config_err(table, format!("cannot build an HTTP client: {e}")))
 }

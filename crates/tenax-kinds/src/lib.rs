@@ -30,11 +30,12 @@ pub mod events_nats;
 pub mod events_rabbitmq;
 pub mod exec;
 pub mod http;
+pub mod outbound;
 pub mod relay;
 pub mod sign;
 
 pub use config::{
     AlertsConfig, CallbacksConfig, ConfigError, ExecConfig, HttpCompensate, HttpConfig, HttpTarget,
 };
-pub use deliver::{client, install_tls_provider};
 pub use deliveries::Deliveries;
+pub use outbound::{client, install_tls_provider};
