@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenax_core::outbound::HostAllowList;
+use tenax_kinds::outbound;
 use tenax_storage::{
     OutboxClaimParams, OutboxKind, OutboxOutcome, OutboxRecord, OutboxSettleParams, Storage,
     StorageError,
@@ -14,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{CallbacksConfig, ConfigError};
 use crate::deliver::{self, Posted};
-use crate::outbound;
 
 /// Rows claimed at once.
 const BATCH: u32 = 50;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tenax_kinds::outbound;
 use tenax_storage::{
     AlertTransitionParams, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome,
     OutboxRecord, OutboxSettleParams, OutboxStatus, Storage, StorageError, OUTBOX_BATCH_MAX,
@@ -24,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{config_err, AlertsConfig, ConfigError};
 use crate::deliver::{self, Posted};
-use crate::outbound;
 
 /// Sends death alerts; run it with [`DeathAlerter::run`].
 pub struct DeathAlerter {

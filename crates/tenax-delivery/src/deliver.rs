@@ -1,14 +1,14 @@
 //! What callbacks and alerts share: the retry delay, one signed POST with its outcome,
-//! and the record that a sender runs. The HTTP client is [`crate::outbound`]'s.
+//! and the record that a sender runs. The HTTP client is [`tenax_kinds::outbound`]'s.
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::StatusCode;
 
+use tenax_kinds::outbound::{error_chain, retry_after};
 use tenax_storage::{OutboxKind, OutboxSendersParams, Storage, OUTBOX_SENDER_REFRESH};
 
-use crate::outbound::{error_chain, retry_after};
 use crate::sign;
 
 /// The delay before attempt `attempts + 1`: `base * 2^(attempts-1)`, capped, with
