@@ -3,7 +3,7 @@
 //! it did not produce, and must accept the one it did within the window.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tenax_kinds::sign::{signature, verify};
+use tenax_delivery::sign::{signature, verify};
 
 const SECRET: &[u8] = b"fuzz-callback-secret";
 const NOW: i64 = 1_800_000_000;

@@ -14,8 +14,8 @@ struct File {
     server: Option<Server>,
     http: Option<tenax_kinds::HttpConfig>,
     exec: Option<tenax_kinds::ExecConfig>,
-    callbacks: Option<tenax_kinds::CallbacksConfig>,
-    alerts: Option<tenax_kinds::AlertsConfig>,
+    callbacks: Option<tenax_delivery::CallbacksConfig>,
+    alerts: Option<tenax_delivery::AlertsConfig>,
 }
 
 #[derive(Deserialize)]

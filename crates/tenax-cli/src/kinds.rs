@@ -3,11 +3,12 @@
 //! `tenax worker` and `tenax serve`.
 
 use tenax::Registry;
-use tenax_kinds::events::EventsConfig;
-use tenax_kinds::events_rabbitmq::RabbitMqConfig;
+use tenax_delivery::events::EventsConfig;
+use tenax_delivery::events_rabbitmq::RabbitMqConfig;
+use tenax_delivery::{AlertsConfig, CallbacksConfig, Deliveries};
 use tenax_kinds::exec::ExecKind;
 use tenax_kinds::http::HttpKind;
-use tenax_kinds::{AlertsConfig, CallbacksConfig, Deliveries, ExecConfig, HttpConfig};
+use tenax_kinds::{ExecConfig, HttpConfig};
 
 use crate::config::FileConfig;
 

@@ -361,7 +361,7 @@ pub fn check_config(text: &str) -> anyhow::Result<()> {
 
 /// The `tenax` command: parse the arguments, run the subcommand, report its error.
 pub fn main() -> ExitCode {
-    // Before any HTTP client is built (the kinds' senders, the OTLP exporter).
+    // Before any HTTP client is built (the http kind's, the senders', the OTLP exporter's).
     tenax_kinds::install_tls_provider();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tenax_core::{Command, CommandError, RetryPolicy, TaskContext};
 
 use crate::config::{ConfigError, HttpConfig, HttpTarget};
-use crate::deliver;
+use crate::outbound;
 
 /// The `http` kind's command type.
 pub const TYPE: &str = "http";
@@ -175,7 +175,7 @@ impl HttpKind {
         config.validate()?;
         // Each request carries its target's timeout; this one only bounds a target
         // whose timeout was raised past an hour (refused by validate).
-        let client = deliver::client(std::time::Duration::from_secs(3600)).map_err(|e| {
+        let client = outbound::client(std::time::Duration::from_secs(3600)).map_err(|e| {
             crate::config::config_err("http", format!("cannot build an HTTP client: {e}"))
         })?;
         Ok(Self {
@@ -219,9 +219,9 @@ impl HttpKind {
         if let Some(body) = &payload.body {
             request = request.body(body.to_string());
         }
-        let request = request
-            .build()
-            .map_err(|e| CommandError::permanent(format!("{url}: {}", deliver::error_chain(&e))))?;
+        let request = request.build().map_err(|e| {
+            CommandError::permanent(format!("{url}: {}", outbound::error_chain(&e)))
+        })?;
         // The last check before sending: the URL the request carries is under the
         // target's base URL.
         stays_under(&target.base_url, request.url()).map_err(CommandError::permanent)?;
@@ -230,12 +230,12 @@ impl HttpKind {
             Err(e) => {
                 return Err(CommandError::retryable(format!(
                     "{url}: {}",
-                    deliver::error_chain(&e)
+                    outbound::error_chain(&e)
                 )))
             }
         };
         let status = response.status();
-        let after = deliver::retry_after(response.headers());
+        let after = outbound::retry_after(response.headers());
         // The body, bounded: read at most max_response bytes.
         let max = self.config.max_response;
         let mut bytes = Vec::new();
@@ -255,7 +255,7 @@ impl HttpKind {
                 Err(e) if status.is_success() => {
                     return Err(CommandError::retryable(format!(
                         "{url}: reading the response: {}",
-                        deliver::error_chain(&e)
+                        outbound::error_chain(&e)
                     )))
                 }
                 Err(_) => break,

@@ -1,5 +1,5 @@
 //! Parts that run beside a worker for as long as it runs: completion callbacks, death
-//! and backlog alerts, the event sequencer and its relays (`tenax-kinds` provides
+//! and backlog alerts, the event sequencer and its relays (`tenax-delivery` provides
 //! them as `Deliveries`), or an application's own.
 //!
 //! A service is made ready ([`Service::ready`]) before the worker's first claim,

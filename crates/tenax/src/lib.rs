@@ -56,14 +56,31 @@ pub use tenax_runtime::{
 /// completion callbacks, death and backlog alerts, and the event sequencer with its
 /// relays (feature `deliveries`; `nats` and `rabbitmq` add the relays).
 #[cfg(feature = "deliveries")]
-pub use tenax_kinds::Deliveries;
+pub use tenax_delivery::Deliveries;
 
-/// The built-in `http` and `exec` kinds and the settings of every delivery
-/// ([`kinds::CallbacksConfig`], [`kinds::AlertsConfig`],
-/// [`kinds::events::EventsConfig`]); feature `deliveries`.
+/// Outbound delivery (crate `tenax-delivery`): completion callbacks, death and backlog
+/// alerts, the event sequencer and its relays, and their settings
+/// ([`delivery::CallbacksConfig`], [`delivery::AlertsConfig`],
+/// [`delivery::events::EventsConfig`]); feature `deliveries`.
+#[cfg(feature = "deliveries")]
+pub mod delivery {
+    pub use tenax_delivery::*;
+}
+
+/// The built-in `http` and `exec` kinds (crate `tenax-kinds`). Everything of
+/// [`delivery`] is here as well, so that paths such as `tenax::kinds::CallbacksConfig`
+/// and `tenax::kinds::events::EventsConfig` keep working; feature `deliveries`.
 #[cfg(feature = "deliveries")]
 pub mod kinds {
+    pub use tenax_delivery::*;
     pub use tenax_kinds::*;
+
+    /// The settings of the kinds (`[http]`, `[exec]`) and of delivery (`[callbacks]`,
+    /// `[alerts]`), with the [`ConfigError`] they report.
+    pub mod config {
+        pub use tenax_delivery::config::*;
+        pub use tenax_kinds::config::*;
+    }
 }
 pub use tenax_storage::{
     TaskInsertOutcome, WorkflowDetail, WorkflowId, WorkflowPolicy, WorkflowRecord, WorkflowState,

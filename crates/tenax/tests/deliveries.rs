@@ -223,3 +223,20 @@ async fn a_library_worker_without_senders_still_prunes_the_outbox() {
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// Delivery has a crate of its own (`tenax::delivery`); the paths under `tenax::kinds`
+/// that named its types before still name the same ones.
+#[test]
+fn delivery_types_keep_their_paths_under_kinds() {
+    let _: tenax::kinds::CallbacksConfig = tenax::delivery::CallbacksConfig::default();
+    let _: tenax::kinds::config::AlertsConfig = tenax::delivery::config::AlertsConfig::default();
+    let _: tenax::kinds::config::HttpConfig = tenax::kinds::HttpConfig::default();
+    let _: tenax::kinds::events::EventsConfig = tenax::delivery::events::EventsConfig::default();
+    let _: tenax::kinds::ConfigError = tenax::delivery::ConfigError::new("alerts", "a reason");
+    let _: tenax::kinds::Deliveries = tenax::Deliveries::new();
+    let signed = tenax::kinds::sign::signature(b"a secret", 0, b"{}");
+    assert_eq!(
+        signed,
+        tenax::delivery::sign::signature(b"a secret", 0, b"{}")
+    );
+}

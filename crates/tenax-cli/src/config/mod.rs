@@ -54,11 +54,11 @@ pub(crate) struct FileConfig {
     /// `[exec]`: the `exec` kind's allow-list.
     pub(crate) exec: Option<tenax_kinds::ExecConfig>,
     /// `[callbacks]`: completion callbacks.
-    pub(crate) callbacks: Option<tenax_kinds::CallbacksConfig>,
+    pub(crate) callbacks: Option<tenax_delivery::CallbacksConfig>,
     /// `[alerts]`: the alert webhook.
-    pub(crate) alerts: Option<tenax_kinds::AlertsConfig>,
+    pub(crate) alerts: Option<tenax_delivery::AlertsConfig>,
     /// `[events]`: the task-event sequencer and retention.
-    pub(crate) events: Option<tenax_kinds::events::EventsConfig>,
+    pub(crate) events: Option<tenax_delivery::events::EventsConfig>,
     /// `[secrets]`: secret payload fields per command type.
     #[serde(default)]
     pub(crate) secrets: std::collections::BTreeMap<String, Vec<String>>,

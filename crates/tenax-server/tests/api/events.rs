@@ -8,7 +8,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::Value;
 use tenax::storage::{EventPruneParams, EventRuleParams, Storage};
 use tenax::{Command, CommandError, Registry, TaskContext, Worker, WorkerConfig};
-use tenax_kinds::events::{EventsConfig, Sequencer};
+use tenax_delivery::events::{EventsConfig, Sequencer};
 use tenax_storage::testing::Harness;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;

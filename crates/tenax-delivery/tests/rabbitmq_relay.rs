@@ -17,8 +17,8 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use tenax_core::CompensationState;
-use tenax_kinds::events::{EventsConfig, Sequencer};
-use tenax_kinds::events_rabbitmq::{RabbitMqConfig, RabbitMqRelay};
+use tenax_delivery::events::{EventsConfig, Sequencer};
+use tenax_delivery::events_rabbitmq::{RabbitMqConfig, RabbitMqRelay};
 use tenax_storage::testing::{claim_params, sqlite_file, TaskOpts};
 use tenax_storage::{EventListParams, EventRuleParams, Lease, Storage, TaskCompleteParams};
 use tokio::time::Instant;
@@ -472,11 +472,11 @@ async fn every_event_reaches_rabbitmq_across_a_broker_crash() {
         eprintln!("skipped: {RABBITMQ_SERVER} is missing");
         return;
     }
-    // The relay's own account of its reconnects (RUST_LOG=tenax_kinds=debug for more).
+    // The relay's own account of its reconnects (RUST_LOG=tenax_delivery=debug for more).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "tenax_kinds=info".into()),
+                .unwrap_or_else(|_| "tenax_delivery=info".into()),
         )
         .with_test_writer()
         .try_init();

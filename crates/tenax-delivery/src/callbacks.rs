@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenax_core::outbound::HostAllowList;
+use tenax_kinds::outbound;
 use tenax_storage::{
     OutboxClaimParams, OutboxKind, OutboxOutcome, OutboxRecord, OutboxSettleParams, Storage,
     StorageError,
@@ -34,7 +35,7 @@ impl CallbackSender {
     /// A sender with these settings (validated here).
     pub fn new(storage: Arc<dyn Storage>, config: CallbacksConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let client = deliver::client(config.timeout).map_err(|e| {
+        let client = outbound::client(config.timeout).map_err(|e| {
             crate::config::config_err("callbacks", format!("cannot build an HTTP client: {e}"))
         })?;
         Ok(Self {

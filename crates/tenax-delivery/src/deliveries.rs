@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn run(storage: std::sync::Arc<dyn tenax_storage::Storage>, registry: tenax_core::Registry) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use tenax_kinds::{AlertsConfig, CallbacksConfig, Deliveries};
+//! use tenax_delivery::{AlertsConfig, CallbacksConfig, Deliveries};
 //! use tenax_runtime::{Worker, WorkerConfig};
 //!
 //! let deliveries = Deliveries::new()
@@ -225,7 +225,7 @@ impl Deliveries {
 /// Build the HTTP client a sender will use, so that a configuration it cannot run
 /// with is refused before the worker starts.
 fn check_client(table: &str, timeout: std::time::Duration) -> Result<(), ConfigError> {
-    crate::deliver::client(timeout)
+    tenax_kinds::outbound::client(timeout)
         .map(drop)
         .map_err(|e| crate::config::config_err(table, format!("cannot build an HTTP client: {e}")))
 }

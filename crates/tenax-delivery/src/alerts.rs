@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tenax_kinds::outbound;
 use tenax_storage::{
     AlertTransitionParams, OutboxClaimParams, OutboxKind, OutboxListParams, OutboxOutcome,
     OutboxRecord, OutboxSettleParams, OutboxStatus, Storage, StorageError, OUTBOX_BATCH_MAX,
@@ -46,7 +47,7 @@ impl DeathAlerter {
         let Some(url) = config.webhook_url.clone() else {
             return Ok(None);
         };
-        let client = deliver::client(config.timeout)
+        let client = outbound::client(config.timeout)
             .map_err(|e| config_err("alerts", format!("cannot build an HTTP client: {e}")))?;
         Ok(Some(Self {
             storage,

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenax_core::CompensationState;
-use tenax_kinds::events::{EventsConfig, Sequencer};
-use tenax_kinds::events_nats::{NatsConfig, NatsRelay};
+use tenax_delivery::events::{EventsConfig, Sequencer};
+use tenax_delivery::events_nats::{NatsConfig, NatsRelay};
 use tenax_storage::testing::{claim_params, sqlite_file, TaskOpts};
 use tenax_storage::{EventListParams, EventRuleParams, Lease, Storage, TaskCompleteParams};
 use tokio::time::Instant;

@@ -1,35 +1,15 @@
-//! What callbacks and alerts share: the HTTP client, the retry delay, and one signed
-//! POST with its outcome.
+//! What callbacks and alerts share: the retry delay, one signed POST with its outcome,
+//! and the record that a sender runs. The HTTP client is [`tenax_kinds::outbound`]'s.
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::StatusCode;
 
+use tenax_kinds::outbound::{error_chain, retry_after};
 use tenax_storage::{OutboxKind, OutboxSendersParams, Storage, OUTBOX_SENDER_REFRESH};
 
 use crate::sign;
-
-/// An HTTP client for outbound requests: no redirects followed (a redirect could lead
-/// anywhere), rustls with the ring provider, the given overall timeout.
-pub fn client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
-    install_tls_provider();
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("tenax/", env!("CARGO_PKG_VERSION")))
-        .build()
-}
-
-/// Make rustls with the ring provider the process's TLS provider, unless one is
-/// installed already. reqwest is built without a provider of its own (so the build
-/// needs no second crypto library), so a process must call this before any HTTP client
-/// is built, including the ones other libraries build (the OTLP exporter's).
-pub fn install_tls_provider() {
-    // Installing twice is harmless: the first provider stays.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
 
 /// The delay before attempt `attempts + 1`: `base * 2^(attempts-1)`, capped, with
 /// equal jitter (between half of it and all of it).
@@ -39,17 +19,6 @@ pub(crate) fn backoff(attempts: u32, base: Duration, cap: Duration) -> Duration 
     let half = ceiling / 2;
     let jitter = rand::rng().random_range(0..=half.as_millis().min(u128::from(u64::MAX)) as u64);
     half + Duration::from_millis(jitter)
-}
-
-/// A `Retry-After` header as a delay: seconds, or an HTTP date.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    let delta = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
-    Some(delta.to_std().unwrap_or(Duration::ZERO))
 }
 
 /// Count settled outbox rows in `tenax_deliveries_total` (listed in the catalogue
@@ -111,18 +80,6 @@ pub(crate) async fn post(
         }
         Err(e) => Posted::Failed(error_chain(&e), None),
     }
-}
-
-/// An error and its causes, on one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A sender's record that it runs ([`Storage::outbox_senders_seen`]), renewed every
@@ -190,20 +147,5 @@ mod tests {
             let late = backoff(40, base, cap);
             assert!(late >= Duration::from_secs(30) && late <= cap, "{late:?}");
         }
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(retry_after(&headers), None);
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
-        headers.insert(
-            RETRY_AFTER,
-            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
-        );
-        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
-        assert_eq!(retry_after(&headers), None);
     }
 }
