@@ -358,7 +358,7 @@ fn start_buffered(
         started += 1;
         crate::metrics::slot_taken(true);
         let slot = Slot {
-            _permit: permit,
+            permit: Some(permit),
             shared: shared.clone(),
         };
         let shared = shared.clone();

@@ -95,13 +95,17 @@ pub(super) fn unprovable(
 /// One of the worker's `concurrency` slots, taken by a running handler. Dropping it
 /// frees the slot and wakes the claim loop.
 pub(super) struct Slot {
-    pub(super) _permit: OwnedSemaphorePermit,
+    /// Always `Some` until the drop, which returns it before it wakes the loop.
+    pub(super) permit: Option<OwnedSemaphorePermit>,
     pub(super) shared: Arc<Shared>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         crate::metrics::slot_taken(false);
+        // The permit first: a loop woken before it is back would find no free slot,
+        // and the wake-up would be spent.
+        drop(self.permit.take());
         self.shared.slot_freed.notify_one();
     }
 }
