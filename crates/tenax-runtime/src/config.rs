@@ -25,11 +25,11 @@ pub struct WorkerConfig {
     /// renewed and counted by every limit as running; a graceful stop hands them back
     /// at once, with their attempts refunded. `None` (the default) sizes the buffer by
     /// the handlers' pace: it starts at `concurrency` (at most `claim_batch`) and
-    /// doubles, up to `claim_batch`, each time the handlers empty it before a claim
-    /// returns, then shrinks back to what they start in two claims' time. `Some(n)`
-    /// holds it at `n`; `Some(0)` turns the buffer off. A task enqueued while the
-    /// buffer is full waits, at most, for the buffered tasks to start (see
-    /// [`WorkerConfig::prefetch_size`]).
+    /// doubles, up to `claim_batch`, each time the handlers empty it before a full
+    /// claim returns; it shrinks back when they no longer do, and returns to
+    /// `concurrency` when a claim comes back short. `Some(n)` holds it at `n`;
+    /// `Some(0)` turns the buffer off. A task enqueued while the buffer is full waits,
+    /// at most, for the buffered tasks to start (see [`WorkerConfig::prefetch_size`]).
     pub prefetch: Option<u32>,
     /// Most successful outcomes written in one completion batch (one transaction).
     /// Also the most outcomes a worker holds decided but not yet committed: a handler
@@ -264,10 +264,12 @@ impl WorkerConfig {
     /// still holds across the buffer's refills: a task of priority 9 enqueued just after
     /// a refill starts once the buffered tasks ahead of it have started. By default the
     /// buffer stays at `concurrency` (one round of the running handlers) while handlers
-    /// are slower than a claim, and grows only while they start more than that during
-    /// one claim: it then holds what they start in about two claims' time. Either way
-    /// the wait is at most `prefetch_size() / concurrency` rounds of the running
-    /// handlers, plus one claim.
+    /// run longer than about two claim round trips (a claim is sent when the buffer is
+    /// down to half), and grows only while they empty it before a full claim returns:
+    /// it then holds what they start in about two claims' time. Either way the wait is
+    /// at most `prefetch_size() / concurrency` rounds of the running handlers, plus one
+    /// claim; that worst case is a backlog whose handlers turn slow right after the
+    /// buffer grew, and the buffer then halves at each claim back to `concurrency`.
     pub fn prefetch_size(&self) -> u32 {
         self.prefetch
             .unwrap_or(self.claim_batch)

@@ -10,12 +10,18 @@
 //!
 //! The buffer's size follows the handlers' pace ([`BufferSize`]) unless
 //! `WorkerConfig::prefetch` sets it. It starts at `concurrency` (at most
-//! `claim_batch`): slow handlers never empty it while a claim is in flight, so it
-//! stays there, one round of handlers. When fast handlers empty it before a full claim
-//! returns, it doubles, up to [`WorkerConfig::prefetch_size`] (`claim_batch`); when
-//! they no longer do, it shrinks to twice what they started during the last claim. So
-//! one claim carries what the handlers run in about a round trip, and a task enqueued
-//! behind a full buffer waits about two claims' time, or one round of handlers.
+//! `claim_batch`). A claim is sent when the buffer is down to half, so handlers longer
+//! than about two claim round trips never empty it while the claim is in flight, and it
+//! stays there: one round of handlers. When shorter handlers do empty it before a full
+//! claim returns, it doubles, up to [`WorkerConfig::prefetch_size`] (`claim_batch`);
+//! when they no longer do, it shrinks, by half at most per claim, to twice what they
+//! started during the last claim; and a claim that comes back short (nothing more was
+//! due) sets it back to `concurrency`. So under a backlog of short tasks one claim
+//! carries what the handlers run in about a round trip, and a task enqueued behind the
+//! full buffer waits about two claims' time. The worst case is a backlog whose
+//! handlers turn slow while the buffer is large: the tasks already buffered start
+//! first, at most `prefetch_size() / concurrency` rounds of handlers, while the buffer
+//! halves at each claim back to one round.
 //!
 //! Buffered tasks are claimed tasks: they are `running` in the database under this
 //! worker's lease, renewed by the heartbeat like running ones. So every cluster-wide
@@ -129,8 +135,10 @@ pub(super) async fn claim_loop(
     let mut size = BufferSize::new(config);
     let mut buffer: VecDeque<Entry> = VecDeque::new();
     // While a claim is in flight: how many buffered tasks started, and whether a slot
-    // stood free with the buffer empty (the buffer was too small for the handlers).
+    // freed by a handler found the buffer empty (it was too small for the handlers).
+    // Slots already free when the claim was sent (an idle worker) prove nothing.
     let mut started_while_claiming = 0u32;
+    let mut free_at_send = 0u32;
     let mut starved = false;
     let mut wakeups = shared.storage.wakeups();
     let mut wakeups_open = true;
@@ -152,7 +160,10 @@ pub(super) async fn claim_loop(
         let started = start_buffered(shared, &slots, &mut buffer, executors);
         if claiming.is_some() {
             started_while_claiming += started;
-            starved |= buffer.is_empty() && slots.available_permits() > 0;
+            let free = slots.available_permits() as u32;
+            starved |= buffer.is_empty()
+                && free > 0
+                && (started_while_claiming > 0 || free > free_at_send);
         }
         let now = Instant::now();
         if claiming.is_none() && idle_until.is_none_or(|until| until <= now) {
@@ -169,7 +180,8 @@ pub(super) async fn claim_loop(
                 linger_until = None;
                 woken_while_claiming = false;
                 started_while_claiming = 0;
-                starved = buffer.is_empty() && free > 0;
+                free_at_send = free;
+                starved = false;
                 arming = None;
                 generation += 1;
                 claiming = Some(Box::pin(claim_round(
@@ -201,8 +213,21 @@ pub(super) async fn claim_loop(
                 claiming = None;
                 let short =
                     round_claimed(shared, round, &mut buffer, &mut failures, &slots, executors);
+                if !matches!(short, Claimed::Full) {
+                    // Nothing more was due (or the claim failed): the handlers' pace is
+                    // unknown again, and the next burst starts from one round of them.
+                    size.reset();
+                }
                 match short {
-                    Claimed::Full => size.after_full_claim(started_while_claiming, starved),
+                    Claimed::Full => {
+                        size.after_full_claim(started_while_claiming, starved);
+                        debug!(
+                            started = started_while_claiming,
+                            starved,
+                            size = size.get(),
+                            "buffer sized"
+                        );
+                    }
                     Claimed::Failed => {
                         // Back off from a failing database, with jitter so workers do
                         // not return together.
@@ -397,6 +422,13 @@ impl BufferSize {
         self.size / 2
     }
 
+    /// Back to the floor (one round of handlers), after a claim that came back short.
+    fn reset(&mut self) {
+        if self.adaptive {
+            self.size = self.floor;
+        }
+    }
+
     /// A claim came back full (more may be due). While it was in flight the handlers
     /// started `started` buffered tasks, and `starved` says whether they emptied the
     /// buffer with a slot free: then the buffer doubles. Otherwise it shrinks to twice
@@ -455,6 +487,16 @@ mod tests {
         size.after_full_claim(0, false);
         assert_eq!(size.get(), 10);
         size.after_full_claim(0, false);
+        assert_eq!(size.get(), 10);
+    }
+
+    #[test]
+    fn a_short_claim_sets_the_buffer_back_to_one_round_of_handlers() {
+        let mut size = BufferSize::new(&WorkerConfig::default());
+        size.after_full_claim(30, true);
+        size.after_full_claim(30, true);
+        assert_eq!(size.get(), 40);
+        size.reset();
         assert_eq!(size.get(), 10);
     }
 

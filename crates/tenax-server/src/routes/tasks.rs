@@ -227,11 +227,11 @@ pub(crate) fn insert_params(
     let priority = given("priority", req.priority, 0, 9)?;
     let max_attempts = given("max_attempts", req.max_attempts, 1, 1000)?;
     let timeout_ms = given("timeout_ms", req.timeout_ms, 1, 24 * 3600 * 1000)?;
-    let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
-    let delay_ms = given("delay_ms", req.delay_ms, 0, max_delay_ms)?;
-    if delay_ms.is_some() && req.run_at.is_some() {
+    if req.delay_ms.is_some() && req.run_at.is_some() {
         return Err(ApiError::invalid("give delay_ms or run_at, not both").field("run_at"));
     }
+    let max_delay_ms = i64::try_from(MAX_DELAY.as_millis()).unwrap_or(i64::MAX);
+    let delay_ms = given("delay_ms", req.delay_ms, 0, max_delay_ms)?;
     let payload_version = given("payload_version", req.payload_version, 1, u32::MAX.into())?;
     let concurrency_limit = given("concurrency_limit", req.concurrency_limit, 1, 1000)?;
 
