@@ -8,6 +8,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use tenax::storage::TaskRef;
 use tenax::{Client, Command, CommandError, TaskContext, TaskStatus};
+use tenax_storage::mysql::MySqlStorage;
 use tenax_storage::postgres::PgStorage;
 use tenax_storage::sqlite::SqliteStorage;
 
@@ -133,6 +134,7 @@ pub(crate) async fn drop_bench_schema(database_url: &str, keep: bool) -> anyhow:
 pub(crate) enum BenchDb {
     Postgres(PgStorage),
     Sqlite(SqliteStorage),
+    MySql(MySqlStorage),
 }
 
 impl BenchDb {
@@ -142,8 +144,10 @@ impl BenchDb {
             Ok(Self::Postgres(PgStorage::connect(url).await?))
         } else if url.starts_with("sqlite") {
             Ok(Self::Sqlite(SqliteStorage::connect(url).await?))
+        } else if url.starts_with("mysql") || url.starts_with("mariadb") {
+            Ok(Self::MySql(MySqlStorage::connect(url).await?))
         } else {
-            anyhow::bail!("this bench supports PostgreSQL and SQLite URLs")
+            anyhow::bail!("this bench supports PostgreSQL, SQLite and MariaDB/MySQL URLs")
         }
     }
 
@@ -151,6 +155,7 @@ impl BenchDb {
         Ok(match self {
             Self::Postgres(s) => crate::raw::postgres::window(s, since_id).await?,
             Self::Sqlite(s) => crate::raw::sqlite::window(s, since_id).await?,
+            Self::MySql(s) => crate::raw::mysql::window(s, since_id).await?,
         })
     }
 
@@ -158,6 +163,7 @@ impl BenchDb {
         Ok(match self {
             Self::Postgres(s) => crate::raw::postgres::max_id(s).await?,
             Self::Sqlite(s) => crate::raw::sqlite::max_id(s).await?,
+            Self::MySql(s) => crate::raw::mysql::max_id(s).await?,
         })
     }
 
@@ -165,6 +171,7 @@ impl BenchDb {
         match self {
             Self::Postgres(s) => crate::raw::postgres::reset(s).await?,
             Self::Sqlite(s) => crate::raw::sqlite::reset(s).await?,
+            Self::MySql(s) => crate::raw::mysql::reset(s).await?,
         }
         Ok(())
     }
@@ -185,6 +192,10 @@ impl BenchDb {
             Self::Sqlite(s) => {
                 crate::raw::sqlite::raw_insert(s, tasks, batch, prefix, finished).await?
             }
+            Self::MySql(s) => {
+                crate::raw::mysql::raw_insert(s, tasks, batch, prefix, finished).await?;
+                crate::raw::mysql::analyze(s).await?;
+            }
         }
         Ok(())
     }
@@ -194,6 +205,7 @@ impl BenchDb {
         Ok(match self {
             Self::Postgres(s) => crate::raw::postgres::raw_drain(s, clients, batch).await?,
             Self::Sqlite(s) => crate::raw::sqlite::raw_drain(s, batch).await?,
+            Self::MySql(s) => crate::raw::mysql::raw_drain(s, clients, batch).await?,
         })
     }
 }
@@ -222,7 +234,7 @@ impl BenchDb {
                 let created: f64 = duration.as_secs_f64();
                 Ok(Some(done as f64 / created))
             }
-            Self::Sqlite(_) => Ok(None),
+            Self::Sqlite(_) | Self::MySql(_) => Ok(None),
         }
     }
 
@@ -231,7 +243,7 @@ impl BenchDb {
     pub(crate) async fn explain_claim(&self, limit: u32) -> anyhow::Result<Option<String>> {
         Ok(match self {
             Self::Postgres(s) => Some(crate::raw::postgres::explain_claim(s, limit).await?),
-            Self::Sqlite(_) => None,
+            Self::Sqlite(_) | Self::MySql(_) => None,
         })
     }
 
@@ -250,6 +262,7 @@ impl BenchDb {
             Self::Sqlite(s) => {
                 crate::raw::sqlite::raw_insert(s, tasks, batch, prefix, false).await?
             }
+            Self::MySql(s) => crate::raw::mysql::raw_insert(s, tasks, batch, prefix, false).await?,
         }
         Ok(tasks as f64 / started.elapsed().as_secs_f64().max(1e-6))
     }
@@ -268,7 +281,7 @@ impl BenchDb {
             Self::Postgres(s) => {
                 crate::raw::postgres::raw_insert_sent(s, tasks, batch, prefix).await?
             }
-            Self::Sqlite(_) => return Ok(None),
+            Self::Sqlite(_) | Self::MySql(_) => return Ok(None),
         }
         Ok(Some(
             tasks as f64 / started.elapsed().as_secs_f64().max(1e-6),

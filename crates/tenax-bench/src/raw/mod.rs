@@ -4,6 +4,7 @@
 //! or clients.
 use chrono::{DateTime, Utc};
 
+pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
