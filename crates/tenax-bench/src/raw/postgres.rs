@@ -290,9 +290,13 @@ pub(crate) async fn raw_lifecycle(
 pub(crate) async fn explain_claim(storage: &PgStorage, limit: u32) -> Result<String> {
     let sql = format!(
         "EXPLAIN (ANALYZE, BUFFERS) {}",
-        tenax_storage::postgres::claim_sql()
+        tenax_storage::postgres::claim_sql(false, false)
     );
     let mut tx = storage.pool().begin().await?;
+    // The plan the claim's own connections keep (see `PgStorage`'s claims pool).
+    sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
+        .execute(&mut *tx)
+        .await?;
     let rows = sqlx::query(&sql)
         .bind(None::<DateTime<Utc>>)
         .bind(vec!["default".to_owned()])
@@ -303,7 +307,6 @@ pub(crate) async fn explain_claim(storage: &PgStorage, limit: u32) -> Result<Str
         .bind(tenax_storage::ATTEMPT_HISTORY_LEN)
         .bind(vec![i32::MAX])
         .bind(vec![i64::from(limit)])
-        .bind(false)
         .fetch_all(&mut *tx)
         .await?;
     tx.rollback().await?;

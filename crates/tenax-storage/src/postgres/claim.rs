@@ -6,7 +6,7 @@
 //! insert. It skips queues that are paused or limited (a primary-key probe of
 //! `tenax_queues` per queue), and reports the worker's limited queues in the same answer.
 //!
-//! With `$11` (the first claim of a worker, and every claim while no limited type
+//! With `skip_rated` (the first claim of a worker, and every claim while no limited type
 //! was seen) it also skips the command types that have a rate limit and names them in
 //! the same answer, so a claim without rate limits costs no probe of the buckets (see
 //! [`crate::rates`]).
@@ -17,6 +17,8 @@
 //! the lock (READ COMMITTED: it sees every claim committed by the previous holder), and
 //! claims at most the room left in each. Claimers of one limited queue take turns, so
 //! `max_running` holds exactly across nodes.
+use std::sync::LazyLock;
+
 use sqlx::{Postgres, Row};
 use tenax_core::TaskRecord;
 
@@ -27,24 +29,39 @@ use crate::error::Result;
 use crate::params::TaskClaimParams;
 use crate::ATTEMPT_HISTORY_LEN;
 
-/// The claim statement. `$2`/`$9` are the queues and each queue's cap; with `$10` false
-/// (the fast path) queues that are paused or limited are skipped, with `$10` true (the
-/// limited path, under the queue locks) the queues are taken as given. With `$11`, the
-/// command types of `$3` that have a rate limit are skipped and named.
+/// The claim statement. `$2`/`$9` are the queues and each queue's cap. `restricted`
+/// false is the fast path: queues that are paused or limited are skipped; true is the
+/// limited path (under the queue locks), whose queues are taken as given. With
+/// `skip_rated`, the command types of `$3` that have a rate limit are skipped and
+/// named.
+///
+/// The two switches are written into the text, not bound, so that the one plan the
+/// claim's connections keep of each statement (see `PgStorage::claims`) holds only the
+/// branches it runs.
 ///
 /// Public for `tenax bench scale --explain` alone (crate `tenax-bench`), which shows the
 /// plan of this statement; workers claim through `Storage::task_claim_batch`. Not a stable
 /// interface.
-pub fn claim_sql() -> String {
+pub fn claim_sql(restricted: bool, skip_rated: bool) -> &'static str {
+    static STATEMENTS: LazyLock<[String; 4]> = LazyLock::new(|| {
+        [(false, false), (false, true), (true, false), (true, true)]
+            .map(|(restricted, skip_rated)| claim_text(restricted, skip_rated))
+    });
+    &STATEMENTS[usize::from(restricted) * 2 + usize::from(skip_rated)]
+}
+
+/// The text of [`claim_sql`], its switches written as literals.
+fn claim_text(restricted: bool, skip_rated: bool) -> String {
+    let (restricted, skip_rated) = (literal(restricted), literal(skip_rated));
     format!(
         "WITH rated AS (
                      SELECT array_agg(command_type ORDER BY command_type) AS types
-                     FROM tenax_rate_limits WHERE $11 AND command_type = ANY($3)
+                     FROM tenax_rate_limits WHERE {skip_rated} AND command_type = ANY($3)
                  ), limited AS (
                      SELECT array_agg(name ORDER BY name) AS names FROM tenax_queues
-                     WHERE NOT $10 AND name = ANY($2) AND NOT paused AND max_running IS NOT NULL
+                     WHERE NOT {restricted} AND name = ANY($2) AND NOT paused AND max_running IS NOT NULL
                  ), keyed AS (
-                     SELECT NOT $10 AND EXISTS (
+                     SELECT NOT {restricted} AND EXISTS (
                          SELECT 1 FROM tenax_tasks
                          WHERE queue = ANY($2) AND status IN ('pending', 'retrying')
                            AND concurrency_key IS NOT NULL
@@ -53,9 +70,13 @@ pub fn claim_sql() -> String {
                  ), due AS (
                      SELECT c.id FROM (
                          SELECT u.queue, u.cap FROM unnest($2::text[], $9::int8[]) AS u(queue, cap)
-                         WHERE $10 OR NOT EXISTS (
-                             SELECT 1 FROM tenax_queues x
-                             WHERE x.name = u.queue AND (x.paused OR x.max_running IS NOT NULL))
+                         -- A primary-key probe per queue (the LIMIT keeps it one: the
+                         -- generic plan would rather hash the whole table).
+                         LEFT JOIN LATERAL (
+                             SELECT x.paused OR x.max_running IS NOT NULL AS held
+                             FROM tenax_queues x WHERE x.name = u.queue LIMIT 1
+                         ) x ON TRUE
+                         WHERE {restricted} OR x.held IS NOT TRUE
                      ) q
                      CROSS JOIN LATERAL (
                          SELECT id, command_type, tenax_claim_key(run_at, priority) AS claim_key
@@ -94,6 +115,15 @@ pub fn claim_sql() -> String {
                  FROM limited l CROSS JOIN keyed k CROSS JOIN rated r LEFT JOIN claimed ON true
                  ORDER BY tenax_claim_key(run_at, priority), id"
     )
+}
+
+/// A switch of [`claim_text`] as SQL.
+fn literal(on: bool) -> &'static str {
+    if on {
+        "TRUE"
+    } else {
+        "FALSE"
+    }
 }
 
 /// One claim statement's inputs.
@@ -147,8 +177,11 @@ impl<'a> Claim<'a> {
                     .collect::<Vec<_>>(),
             )
             .bind(&self.caps)
-            .bind(self.restricted)
-            .bind(self.skip_rated)
+    }
+
+    /// The statement for this claim's switches.
+    pub(super) fn sql(&self) -> &'static str {
+        claim_sql(self.restricted, self.skip_rated)
     }
 }
 
@@ -277,13 +310,12 @@ impl PgStorage {
             sort_in_claim_order(&mut tasks);
             return Ok((tasks, Vec::new()));
         }
-        let sql = claim_sql();
         let mut fast = Claim::fast(params);
         fast.limit = left(&tasks);
         fast.skip_rated = skip_rated;
         let rows = fast
-            .bind(sqlx::query(&sql))
-            .fetch_all(self.pool())
+            .bind(sqlx::query(fast.sql()))
+            .fetch_all(&self.claims)
             .await
             .map_err(map_err)?;
         let answer = read_answer(&rows)?;
@@ -388,9 +420,8 @@ impl PgStorage {
             tx.rollback().await.map_err(map_err)?;
             return Ok(Vec::new());
         }
-        let sql = claim_sql();
         let rows = claim
-            .bind(sqlx::query(&sql))
+            .bind(sqlx::query(claim.sql()))
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
@@ -398,16 +429,58 @@ impl PgStorage {
         Ok(read_answer(&rows)?.tasks)
     }
 
-    /// The query plan of the fast claim statement for these parameters (for the DBA,
-    /// and for the test that keeps the claim on an ordered index scan).
+    /// The query plan of the fast claim statement for these parameters, the one its
+    /// connections keep (for the DBA, and for the tests that keep the claim on an
+    /// ordered index scan and planned once). An `EXPLAIN` of the statement itself
+    /// would plan it for the values given; the statement is prepared by name on one of
+    /// the claim's connections instead, and its `EXECUTE` explained.
     #[doc(hidden)]
     pub async fn explain_claim(&self, params: &TaskClaimParams) -> Result<String> {
-        let sql = format!("EXPLAIN (COSTS OFF) {}", claim_sql());
+        static EXPLAINED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = format!(
+            "tenax_explain_claim_{}",
+            EXPLAINED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let fast = Claim::fast(params);
-        let lines: Vec<String> = fast
-            .bind(sqlx::query(&sql))
-            .fetch_all(self.pool())
+        let mut conn = self.claims.acquire().await.map_err(map_err)?;
+        sqlx::raw_sql(&format!("PREPARE {name} AS {}", fast.sql()))
+            .execute(&mut *conn)
             .await
+            .map_err(map_err)?;
+        // EXPLAIN takes no bound parameters: the values are written as literals.
+        let text = |s: &str| format!("'{}'", s.replace('\'', "''"));
+        let list = |items: Vec<String>, of: &str| format!("ARRAY[{}]::{of}[]", items.join(", "));
+        let arguments = [
+            params
+                .now
+                .map_or("NULL".to_owned(), |at| text(&at.to_rfc3339())),
+            list(fast.queues.iter().map(|q| text(q)).collect(), "text"),
+            list(
+                params.commands.iter().map(|(t, _)| text(t)).collect(),
+                "text",
+            ),
+            fast.limit.to_string(),
+            text(&params.worker),
+            (duration_ms(params.lease_ttl) as f64).to_string(),
+            ATTEMPT_HISTORY_LEN.to_string(),
+            list(
+                params.commands.iter().map(|(_, v)| v.to_string()).collect(),
+                "int4",
+            ),
+            list(fast.caps.iter().map(i64::to_string).collect(), "int8"),
+        ];
+        let lines = sqlx::raw_sql(&format!(
+            "EXPLAIN (COSTS OFF) EXECUTE {name}({}::timestamptz, {})",
+            arguments[0],
+            arguments[1..].join(", ")
+        ))
+        .fetch_all(&mut *conn)
+        .await;
+        sqlx::raw_sql(&format!("DEALLOCATE {name}"))
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        let lines: Vec<String> = lines
             .map_err(map_err)?
             .iter()
             .map(|row| row.try_get::<String, _>(0))

@@ -100,7 +100,8 @@ pub struct PgConfig {
     /// Pooled connections per process. Defaults to 10. The heartbeat (lease renewals
     /// and its question about cancel requests) has one more of its own, opened at the
     /// first beat, which nothing else takes: a pool held by handlers, claims and
-    /// completions never delays a heartbeat.
+    /// completions never delays a heartbeat. The claim statement has up to
+    /// [`CLAIM_CONNECTIONS`] more, opened at the first claim (see `PgStorage::claims`).
     pub max_connections: u32,
     /// Longest wait for a pooled connection. Defaults to 10 seconds.
     pub acquire_timeout: Duration,
@@ -122,6 +123,9 @@ impl Default for PgConfig {
     }
 }
 
+/// The most connections of the claim statement's own pool, per process.
+pub const CLAIM_CONNECTIONS: u32 = 2;
+
 /// Tenax on PostgreSQL.
 #[derive(Debug)]
 pub struct PgStorage {
@@ -129,6 +133,14 @@ pub struct PgStorage {
     /// Lease renewals' own connection (see [`PgConfig::max_connections`]), which also
     /// asks the heartbeat's question about cancel requests.
     leases: PgPool,
+    /// The claim statement's own connections, which keep one generic plan of it
+    /// (`plan_cache_mode = force_generic_plan`). PostgreSQL keeps a prepared
+    /// statement's generic plan only when its estimated cost is no more than that of a
+    /// plan made for the values at hand; with the queue and type lists estimated at ten
+    /// entries each, the claim's never was, so every claim was planned afresh: about
+    /// 0.5 ms of a 1.15 ms single-task claim. On the main pool the other statements,
+    /// whose optional filters want plans for their values, keep PostgreSQL's choice.
+    claims: PgPool,
     schema: Option<String>,
     wake: watch::Sender<u64>,
     /// Finishes of waited tasks, heard by the listener.
@@ -189,11 +201,16 @@ impl PgStorage {
                     .acquire_timeout
                     .min(crate::pool::LEASE_ACQUIRE_TIMEOUT),
             )
-            .connect_lazy_with(options);
+            .connect_lazy_with(options.clone());
+        let claims = crate::pool::options()
+            .max_connections(CLAIM_CONNECTIONS)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_lazy_with(options.options([("plan_cache_mode", "force_generic_plan")]));
         let (wake, _) = watch::channel(0);
         let mut storage = Self {
             pool,
             leases,
+            claims,
             schema,
             wake,
             finished: tokio::sync::broadcast::channel(1024).0,
