@@ -327,9 +327,11 @@ fn report(backend: &str, args: &DrainArgs, levels: &[Vec<DrainRun>]) {
         table.add_row([
             backend.to_owned(),
             format!(
-                "tenax: {} worker(s) × {concurrency}{}",
+                "tenax: {} worker(s) × {concurrency}{}{}",
                 args.workers,
-                if args.in_process { " in-process" } else { "" }
+                if args.in_process { " in-process" } else { "" },
+                args.prefetch
+                    .map_or(String::new(), |n| format!(", buffer held at {n}"))
             ),
             tenax.show(),
             ratio.show_ratio(),
