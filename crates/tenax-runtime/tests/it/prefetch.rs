@@ -192,3 +192,55 @@ async fn a_concurrency_key_holds_across_four_workers_with_buffers() {
     assert_eq!(env.seen.max_running.load(Ordering::SeqCst), 1);
     env.assert_no_overlap().await;
 }
+
+/// Slow handlers keep the default buffer at one round of handlers: the claim comes
+/// back long before a slot frees, so no handler ever finds the buffer empty and the
+/// buffer never grows towards `claim_batch`. This is the priority bound the
+/// configuration documents: a task enqueued later waits behind at most `concurrency`
+/// buffered tasks. Two slots and a buffer of two hold four tasks, plus at most two
+/// finished whose outcomes wait for the completer's batch; a buffer that doubled even
+/// once would hold more, and one grown to `claim_batch` would hold all thirty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_handlers_keep_the_default_buffer_at_one_round_of_handlers() {
+    let env = Env::new().await;
+    let mut tasks = Vec::new();
+    for _ in 0..30 {
+        tasks.push(env.enqueue(vec![Step::SleepMs(150)], 5).await);
+    }
+    let config = WorkerConfig {
+        concurrency: 2,
+        ..fast()
+    };
+    assert_eq!(config.prefetch, None, "the default buffer sizes itself");
+    assert_eq!(config.prefetch_floor(), 2);
+    assert!(
+        config.prefetch_size() >= 30,
+        "a grown buffer could hold every task"
+    );
+    let worker = env.start(env.storage(), env.registry(), config);
+    let most_held = std::sync::atomic::AtomicUsize::new(0);
+    wait_for("every task succeeds", || async {
+        let tasks = all_tasks(&env).await;
+        let held = tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running)
+            .count();
+        most_held.fetch_max(held, Ordering::SeqCst);
+        tasks
+            .iter()
+            .all(|t| t.status == TaskStatus::Succeeded)
+            .then_some(())
+    })
+    .await;
+    worker.shutdown().await;
+    let most_held = most_held.load(Ordering::SeqCst);
+    assert!(
+        most_held >= 2,
+        "the worker never ran two tasks at once: {most_held}"
+    );
+    assert!(
+        most_held <= 6,
+        "the buffer grew under slow handlers: the worker held {most_held} tasks at once"
+    );
+    env.assert_no_overlap().await;
+}
