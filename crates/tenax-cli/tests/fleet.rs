@@ -20,6 +20,17 @@ use support::{SpawnGuarded, Spawned};
 /// A worker process; its warnings go to `worker-N.log` beside the ledger (see
 /// [`worker_logs`]).
 fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Spawned {
+    spawn_worker_with(url, ledger, command, "1ms", "default")
+}
+
+/// [`spawn_worker`] with the bank calls' mean latency and the queue it claims from.
+fn spawn_worker_with(
+    url: &str,
+    ledger: &Path,
+    command: &str,
+    bank_latency: &str,
+    queue: &str,
+) -> Spawned {
     static STARTED: AtomicUsize = AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, Ordering::SeqCst);
     let dir = ledger.parent().expect("the ledger is in a folder");
@@ -34,7 +45,8 @@ fn spawn_worker(url: &str, ledger: &Path, command: &str) -> Spawned {
             "--lease-ttl",
             "10s",
         ])
-        .args(["--bank-failure-rate", "0", "--bank-latency", "1ms"])
+        .args(["--bank-failure-rate", "0", "--bank-latency", bank_latency])
+        .args(["--queue", queue])
         .arg("--ledger")
         .arg(ledger)
         .env("TENAX_LOG", "warn")
@@ -283,6 +295,82 @@ async fn four_workers_never_run_two_tasks_of_one_key_at_once(backend: &str) {
         .map(|e| e.pid)
         .collect();
     assert!(pids.len() >= 2, "the processes shared the keys: {pids:?}");
+}
+
+/// The most executions of `executions` that ran at once.
+fn peak_overlap(executions: &[tenax_ledger::Execution]) -> usize {
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    for e in executions {
+        edges.push((e.start_us, 1));
+        edges.push((e.end_us.unwrap_or(i64::MAX), -1));
+    }
+    // An end and a start at the same microsecond do not overlap: ends first.
+    edges.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    usize::try_from(peak).unwrap_or(0)
+}
+
+/// Four `tenax worker` processes at their defaults (ten slots each, and the buffer of
+/// claimed tasks beyond them) drain one queue limited to three running tasks: the
+/// limit counts buffered tasks as running, so no more than three handlers ever run at
+/// once across the processes, although forty slots are free.
+async fn four_buffering_workers_hold_a_queue_limit(backend: &str) {
+    let Some(url) = fresh_database(backend).await else {
+        return;
+    };
+    const N: usize = 120;
+    const LIMIT: u32 = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&ledger_path).await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    client
+        .set_queue_limit("limited", Some(LIMIT))
+        .await
+        .unwrap();
+    for i in 0..N {
+        client
+            .enqueue_raw(
+                "BANK_OPEN_ACCOUNT",
+                &serde_json::json!({"customer": format!("c{i}"), "id_card": "12345678901234567"}),
+            )
+            .task_no(format!("Q-{i:05}"))
+            .queue("limited")
+            .await
+            .unwrap();
+    }
+    let workers: Vec<Spawned> = (0..4)
+        .map(|_| spawn_worker_with(&url, &ledger_path, "BANK_OPEN_ACCOUNT", "20ms", "limited"))
+        .collect();
+    let took = wait_succeeded(&client, N as u64, Duration::from_secs(240)).await;
+    stop(workers);
+    let report = ledger.check().await.unwrap();
+    assert_at_least_once(&report, N, &ledger_path);
+    let executions = ledger.executions().await.unwrap();
+    let peak = peak_overlap(&executions);
+    eprintln!(
+        "{backend}: 4 worker processes ran {N} tasks of a queue limited to {LIMIT} in \
+         {:.1} s; most running at once: {peak}",
+        took.as_secs_f64()
+    );
+    assert!(peak <= LIMIT as usize, "{peak} handlers ran at once");
+    assert!(peak >= 2, "the processes never ran two at once: {peak}");
+    let pids: std::collections::HashSet<u32> = executions.iter().map(|e| e.pid).collect();
+    assert!(pids.len() >= 2, "one process ran every task: {pids:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_queue_limit_holds_across_buffering_processes() {
+    four_buffering_workers_hold_a_queue_limit("postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_queue_limit_holds_across_buffering_processes() {
+    four_buffering_workers_hold_a_queue_limit("mysql").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
