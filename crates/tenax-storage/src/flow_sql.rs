@@ -6,8 +6,15 @@
 //!
 //! A macro rather than generic functions: each expansion is checked against one
 //! backend's concrete types, so none of the statements needs sqlx's bounds for "any
-//! database" (every bound and decoded type, every executor), and the code that runs is
-//! the code each backend had by hand.
+//! database" (every bound and decoded type, every executor). The statements are
+//! equivalent to those each backend had by hand, not the same text: PostgreSQL's
+//! `workflow_rows` binds `before_id` twice (`? IS NULL OR id < ?`) instead of reusing
+//! `$1`; PostgreSQL's times are bound as they are instead of through
+//! `COALESCE($1::timestamptz, now())` (the time passed down is already the override or
+//! the transaction's clock); PostgreSQL's `task` selects by `id = $1` instead of its
+//! id-or-number lookup; SQLite's `lock_workflow_of` finds the workflow by a subquery
+//! instead of a join; and a compensation's priority is bound as `i16` on SQLite and
+//! MariaDB too.
 
 /// Implement the shared workflow statements for the connection `$conn` of the database
 /// `$db` (a [`Dialect`](crate::dialect::Dialect)), both given as full paths, with the
@@ -25,7 +32,7 @@ macro_rules! workflow_statements {
             use tenax_core::{CompensationState, TaskId, TaskNo, TaskRecord};
 
             use $crate::dialect::{returning_task, sql, Dialect as _, TASK_COLUMNS};
-            use $crate::error::Result;
+            use $crate::error::{Result, StorageError};
             use $crate::flow::{WorkflowOf, WorkflowReads, WorkflowTx};
             use $crate::workflows::{
                 ParentOutcome, StatusCount, WorkflowDetail, WorkflowId, WorkflowInsertParams,
@@ -47,7 +54,7 @@ macro_rules! workflow_statements {
                         "SELECT w.id, w.kind, w.policy, w.state FROM tenax_tasks t
                          JOIN tenax_workflows w ON w.id = t.workflow_id WHERE t.id = ?"
                     );
-                    workflow_of(self, sql, task).await
+                    fetch_workflow_of(self, sql, task).await
                 }
 
                 async fn task(&mut self, id: TaskId) -> Result<Option<TaskRecord>> {
@@ -93,8 +100,8 @@ macro_rules! workflow_statements {
                     );
                     sqlx::query(sql)
                         .bind(to.as_str())
-                        .bind(Db::time(now))
-                        .bind(finished_at.map(Db::time))
+                        .bind(Db::bind_time(now))
+                        .bind(finished_at.map(Db::bind_time))
                         .bind(workflow)
                         .bind(from.as_str())
                         .execute(&mut *self)
@@ -114,7 +121,7 @@ macro_rules! workflow_statements {
                          WHERE id = ? AND status = 'succeeded' AND compensation IS NULL{}",
                         returning_task::<Db>()
                     );
-                    let query = sqlx::query(sql).bind(Db::time(now)).bind(step.0);
+                    let query = sqlx::query(sql).bind(Db::bind_time(now)).bind(step.0);
                     written_task(self, query, step).await
                 }
 
@@ -134,16 +141,16 @@ macro_rules! workflow_statements {
                          {}",
                         Db::ON_TASK_NO_TAKEN
                     );
-                    let now = Db::time(now);
+                    let now = Db::bind_time(now);
                     sqlx::query(sql)
                         .bind(task_no)
                         .bind(dead.id.0)
                         .bind(&dead.command_type)
                         .bind(&dead.payload)
-                        .bind(Db::count(dead.payload_version))
+                        .bind(Db::bind_count(dead.payload_version))
                         .bind(&dead.queue)
                         .bind(i16::from(dead.priority.get()))
-                        .bind(Db::count(dead.max_attempts))
+                        .bind(Db::bind_count(dead.max_attempts))
                         .bind(now)
                         .bind(i64::try_from(dead.timeout_ms).unwrap_or(i64::MAX))
                         .bind(&dead.last_error)
@@ -185,7 +192,7 @@ macro_rules! workflow_statements {
                          WHERE id = (SELECT workflow_id FROM tenax_tasks WHERE id = ?){}",
                         Db::FOR_UPDATE
                     );
-                    workflow_of(self, sql, task).await
+                    fetch_workflow_of(self, sql, task).await
                 }
 
                 /// Also wakes the task's queue when it is due.
@@ -210,10 +217,10 @@ macro_rules! workflow_statements {
                            AND (compensation IS NULL OR compensation <> 'pending'){}",
                         returning_task::<Db>()
                     );
-                    let now = Db::time(now);
+                    let now = Db::bind_time(now);
                     let query = sqlx::query(sql)
-                        .bind(Db::count(waiting))
-                        .bind(Db::count(waiting))
+                        .bind(Db::bind_count(waiting))
+                        .bind(Db::bind_count(waiting))
                         .bind(now)
                         .bind(now)
                         .bind(task.0);
@@ -239,7 +246,7 @@ macro_rules! workflow_statements {
                            AND lease_epoch = ?"
                     );
                     let reopened = sqlx::query(sql)
-                        .bind(Db::time(now))
+                        .bind(Db::bind_time(now))
                         .bind(task.0)
                         .bind(epoch)
                         .execute(&mut *self)
@@ -261,7 +268,7 @@ macro_rules! workflow_statements {
                     );
                     sqlx::query(sql)
                         .bind(state.as_str())
-                        .bind(Db::time(now))
+                        .bind(Db::bind_time(now))
                         .bind(task.0)
                         .execute(&mut *self)
                         .await
@@ -288,7 +295,7 @@ macro_rules! workflow_statements {
                         .fetch_all(&mut *self)
                         .await
                         .map_err(Db::map_err)?;
-                    rows.iter().map(workflow_row).collect()
+                    rows.iter().map(decode_workflow_row).collect()
                 }
 
                 async fn workflow_row(&mut self, id: WorkflowId) -> Result<Option<WorkflowRow>> {
@@ -301,7 +308,7 @@ macro_rules! workflow_statements {
                         .fetch_optional(&mut *self)
                         .await
                         .map_err(Db::map_err)?;
-                    row.as_ref().map(workflow_row).transpose()
+                    row.as_ref().map(decode_workflow_row).transpose()
                 }
 
                 async fn workflow_tasks(
@@ -339,7 +346,7 @@ macro_rules! workflow_statements {
                     let mut qb = sqlx::QueryBuilder::<Db>::new(format!(
                         "SELECT workflow_id, status, {} AS n, MAX(finished_at) AS last
                          FROM tenax_tasks WHERE workflow_id ",
-                        Db::COUNT
+                        Db::COUNT_STAR
                     ));
                     Db::push_ids(&mut qb, ids);
                     qb.push(" GROUP BY workflow_id, status");
@@ -360,7 +367,7 @@ macro_rules! workflow_statements {
                 }
             }
 
-            fn workflow_row(row: &DbRow) -> Result<WorkflowRow> {
+            fn decode_workflow_row(row: &DbRow) -> Result<WorkflowRow> {
                 Ok(WorkflowRow {
                     id: row.try_get("id").map_err(Db::map_err)?,
                     name: Db::text(row, "name")?,
@@ -373,7 +380,7 @@ macro_rules! workflow_statements {
             }
 
             /// The workflow read by `sql` (`id, kind, policy, state`) for the task `task`.
-            async fn workflow_of(
+            async fn fetch_workflow_of(
                 conn: &mut $conn,
                 sql: &str,
                 task: TaskId,
@@ -404,7 +411,7 @@ macro_rules! workflow_statements {
                     .fetch_optional(&mut *conn)
                     .await
                     .map_err(Db::map_err)?;
-                row.as_ref().map(Db::task).transpose()
+                row.as_ref().map(Db::task_from_row).transpose()
             }
 
             /// A workflow's tasks with their keys, in id order, read by `sql`.
@@ -421,29 +428,38 @@ macro_rules! workflow_statements {
                 rows.iter()
                     .map(|r| {
                         let key = Db::opt_text(r, "workflow_key")?.unwrap_or_default();
-                        Ok((key, Db::task(r)?))
+                        Ok((key, Db::task_from_row(r)?))
                     })
                     .collect()
             }
 
             /// Run `update`, which writes the task `id` and ends with `returning_task()`: the
             /// task as written, `None` when the update matched nothing. Without
-            /// `UPDATE ... RETURNING`, the row is read back in the same transaction.
+            /// `UPDATE ... RETURNING`, the row is read back in the same transaction, where
+            /// it cannot have gone: missing, it is `NotFound`.
             async fn written_task(
                 conn: &mut $conn,
                 update: DbQuery<'_>,
                 id: TaskId,
             ) -> Result<Option<TaskRecord>> {
                 if Db::UPDATE_RETURNING {
+                    debug_assert!(
+                        sqlx::Execute::sql(&update).ends_with(&returning_task::<Db>()),
+                        "an update read by `written_task` ends with `returning_task()`: {}",
+                        sqlx::Execute::sql(&update)
+                    );
                     let row = update.fetch_optional(&mut *conn).await.map_err(Db::map_err)?;
-                    return row.as_ref().map(Db::task).transpose();
+                    return row.as_ref().map(Db::task_from_row).transpose();
                 }
                 let written = update.execute(&mut *conn).await.map_err(Db::map_err)?;
                 if written.rows_affected() != 1 {
                     return Ok(None);
                 }
                 let sql = sql!(Db, "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id = ?");
-                task_by_id(conn, sql, id).await
+                task_by_id(conn, sql, id)
+                    .await?
+                    .ok_or_else(|| StorageError::NotFound(id.to_string()))
+                    .map(Some)
             }
 
             /// The workflow of a task, if it has one.

@@ -23,15 +23,15 @@ impl Dialect for MySql {
     const FOR_SHARE: &'static str = " LOCK IN SHARE MODE";
     /// `id = id` changes nothing: the row with that number stays as it is.
     const ON_TASK_NO_TAKEN: &'static str = "ON DUPLICATE KEY UPDATE id = id";
-    const COUNT: &'static str = "CAST(COUNT(*) AS SIGNED)";
+    const COUNT_STAR: &'static str = "CAST(COUNT(*) AS SIGNED)";
     const UPDATE_RETURNING: bool = false;
 
     type Time = DbTime;
-    fn time(t: DateTime<Utc>) -> DbTime {
+    fn bind_time(t: DateTime<Utc>) -> DbTime {
         storable(t)
     }
     type Count = i64;
-    fn count(n: u32) -> i64 {
+    fn bind_count(n: u32) -> i64 {
         i64::from(n)
     }
 
@@ -50,7 +50,7 @@ impl Dialect for MySql {
     fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
         opt_text(row, column)
     }
-    fn task(row: &MySqlRow) -> Result<TaskRecord> {
+    fn task_from_row(row: &MySqlRow) -> Result<TaskRecord> {
         task_from_row(row)
     }
     fn push_ids(qb: &mut QueryBuilder<'_, MySql>, ids: &[i64]) {

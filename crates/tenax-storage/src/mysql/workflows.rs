@@ -20,6 +20,7 @@ use crate::workflows::{WorkflowId, WorkflowInsertParams};
 /// Dependency rows per statement (2 values each).
 const DEPS_CHUNK: usize = 400;
 
+// impl WorkflowTx, WorkflowReads; re-exported: task_workflow, parent_results, enqueue_workflow_in.
 crate::flow_sql::workflow_statements!(sqlx::MySqlConnection, sqlx::MySql);
 
 /// The statements of [`crate::flow`] that MariaDB/MySQL writes its own way. Times are

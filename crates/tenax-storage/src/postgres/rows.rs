@@ -19,11 +19,11 @@ impl Dialect for Postgres {
     const FOR_SHARE: &'static str = " FOR SHARE";
 
     type Time = DateTime<Utc>;
-    fn time(t: DateTime<Utc>) -> DateTime<Utc> {
+    fn bind_time(t: DateTime<Utc>) -> DateTime<Utc> {
         t
     }
     type Count = i32;
-    fn count(n: u32) -> i32 {
+    fn bind_count(n: u32) -> i32 {
         i32::try_from(n).unwrap_or(i32::MAX)
     }
 
@@ -42,7 +42,7 @@ impl Dialect for Postgres {
     fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>> {
         row.try_get(column).map_err(map_err)
     }
-    fn task(row: &PgRow) -> Result<TaskRecord> {
+    fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
         task_from_row(row)
     }
     fn push_ids(qb: &mut QueryBuilder<'_, Postgres>, ids: &[i64]) {

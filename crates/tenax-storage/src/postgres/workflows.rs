@@ -69,6 +69,7 @@ impl super::PgStorage {
     }
 }
 
+// impl WorkflowTx, WorkflowReads; re-exported: task_workflow, parent_results, enqueue_workflow_in.
 crate::flow_sql::workflow_statements!(sqlx::PgConnection, sqlx::Postgres);
 
 /// The statements of [`crate::flow`] that PostgreSQL writes its own way. Each binds its

@@ -18,11 +18,11 @@ impl Dialect for Sqlite {
     const FOR_SHARE: &'static str = "";
 
     type Time = i64;
-    fn time(t: DateTime<Utc>) -> i64 {
+    fn bind_time(t: DateTime<Utc>) -> i64 {
         t.timestamp_millis()
     }
     type Count = i64;
-    fn count(n: u32) -> i64 {
+    fn bind_count(n: u32) -> i64 {
         i64::from(n)
     }
 
@@ -41,7 +41,7 @@ impl Dialect for Sqlite {
     fn opt_text(row: &SqliteRow, column: &str) -> Result<Option<String>> {
         row.try_get(column).map_err(map_err)
     }
-    fn task(row: &SqliteRow) -> Result<TaskRecord> {
+    fn task_from_row(row: &SqliteRow) -> Result<TaskRecord> {
         task_from_row(row)
     }
     fn push_ids(qb: &mut QueryBuilder<'_, Sqlite>, ids: &[i64]) {
