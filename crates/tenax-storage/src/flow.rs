@@ -133,12 +133,15 @@ impl WorkflowOf {
     }
 }
 
-/// The statements of workflows and compensations that each backend writes its own way,
-/// because their plans or locking differ: the inserts (an id returned, or read back;
-/// rows in one `VALUES` list, or `UNNEST`ed arrays) and the propagation through a
-/// workflow's dependencies (PostgreSQL notifies the queues of the tasks it made due,
-/// and keeps its plans on index scans; MariaDB reads the ids first, then writes them by
-/// primary key). Run on the caller's connection, inside its transaction.
+/// The statements of workflows and compensations that each backend writes its own way:
+/// the workflow insert, whose clock differs (PostgreSQL takes `COALESCE($1, now())` in
+/// the statement and returns the id and the time; SQLite and MariaDB read the clock
+/// first, bind it, and take the id from `RETURNING` or, on MariaDB, `last_insert_id()`,
+/// reading nothing back); the bulk inserts, whose plans differ (rows in one `VALUES`
+/// list, or `UNNEST`ed arrays); and the propagation through a workflow's dependencies,
+/// whose plans and locking differ (PostgreSQL notifies the queues of the tasks it made
+/// due, and keeps its plans on index scans; MariaDB reads the ids first, then writes
+/// them by primary key). Run on the caller's connection, inside its transaction.
 pub(crate) trait WorkflowOwnTx: Send {
     /// Insert a `running` workflow created at `at` (the caller's override), else at the
     /// database clock; returns its id and the time it was created at.
