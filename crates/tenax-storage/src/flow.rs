@@ -1,6 +1,8 @@
 //! Workflows, sagas and compensations, written once: every decision on the way to a
 //! write, over [`WorkflowTx`], the single statements each backend implements for its
-//! connection (SQL and row mapping only, as the hooks of `crate::transactional`).
+//! connection (SQL and row mapping only, as the hooks of `crate::transactional`): those
+//! that differ only in spelling once for all three (`crate::flow_sql`), those whose
+//! plans or locking differ by each backend ([`WorkflowOwnTx`]).
 //!
 //! - [`insert`]: a workflow, its tasks and its dependencies, after [`check_workflow`];
 //!   [`list`] and [`get`] read them back (over [`WorkflowReads`]).
@@ -131,12 +133,16 @@ impl WorkflowOf {
     }
 }
 
-/// The statements of workflows and compensations on one backend, each run on the
-/// caller's connection (inside its transaction). One statement each, where the database
-/// allows: MariaDB, which has no `UPDATE ... RETURNING`, reads the ids or the row it
-/// writes in a second one. A method decides nothing beyond its `WHERE`: what runs
-/// when, and with which values, is decided in this module.
-pub(crate) trait WorkflowTx: Send {
+/// The statements of workflows and compensations that each backend writes its own way:
+/// the workflow insert, whose clock differs (PostgreSQL takes `COALESCE($1, now())` in
+/// the statement and returns the id and the time; SQLite and MariaDB read the clock
+/// first, bind it, and take the id from `RETURNING` or, on MariaDB, `last_insert_id()`,
+/// reading nothing back); the bulk inserts, whose plans differ (rows in one `VALUES`
+/// list, or `UNNEST`ed arrays); and the propagation through a workflow's dependencies,
+/// whose plans and locking differ (PostgreSQL notifies the queues of the tasks it made
+/// due, and keeps its plans on index scans; MariaDB reads the ids first, then writes
+/// them by primary key). Run on the caller's connection, inside its transaction.
+pub(crate) trait WorkflowOwnTx: Send {
     /// Insert a `running` workflow created at `at` (the caller's override), else at the
     /// database clock; returns its id and the time it was created at.
     fn insert_workflow(
@@ -163,24 +169,6 @@ pub(crate) trait WorkflowTx: Send {
         deps: &[(i64, i64)],
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// The workflow `task` belongs to.
-    fn workflow_of(
-        &mut self,
-        task: TaskId,
-    ) -> impl Future<Output = Result<Option<WorkflowOf>>> + Send;
-
-    /// A task, by id.
-    fn task(&mut self, id: TaskId) -> impl Future<Output = Result<Option<TaskRecord>>> + Send;
-
-    /// Whether any task depends on `task`.
-    fn has_children(&mut self, task: TaskId) -> impl Future<Output = Result<bool>> + Send;
-
-    /// The step a saga step waits for (the one before it), if any.
-    fn previous_step(
-        &mut self,
-        step: TaskId,
-    ) -> impl Future<Output = Result<Option<TaskId>>> + Send;
-
     /// One parent of each `blocked` child of `parent` finished: count it down; a child
     /// at zero becomes `pending`, due at `now` or at its own later `run_at`. Returns how
     /// many became due (PostgreSQL also notifies their queues); a backend that cannot
@@ -200,6 +188,33 @@ pub(crate) trait WorkflowTx: Send {
         reason: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The statements of workflows and compensations on one backend, each run on the
+/// caller's connection (inside its transaction), beyond those of [`WorkflowOwnTx`].
+/// They differ between the backends only in spelling, and are written once, for all
+/// three (`crate::flow_sql`). One statement each, where the database allows: MariaDB,
+/// which has no `UPDATE ... RETURNING`, reads the row it writes in a second one. A
+/// method decides nothing beyond its `WHERE`: what runs when, and with which values, is
+/// decided in this module.
+pub(crate) trait WorkflowTx: WorkflowOwnTx {
+    /// The workflow `task` belongs to.
+    fn workflow_of(
+        &mut self,
+        task: TaskId,
+    ) -> impl Future<Output = Result<Option<WorkflowOf>>> + Send;
+
+    /// A task, by id.
+    fn task(&mut self, id: TaskId) -> impl Future<Output = Result<Option<TaskRecord>>> + Send;
+
+    /// Whether any task depends on `task`.
+    fn has_children(&mut self, task: TaskId) -> impl Future<Output = Result<bool>> + Send;
+
+    /// The step a saga step waits for (the one before it), if any.
+    fn previous_step(
+        &mut self,
+        step: TaskId,
+    ) -> impl Future<Output = Result<Option<TaskId>>> + Send;
 
     /// Move a workflow from the state `from` (and only from it) to `to`, finished at
     /// `finished_at`.
@@ -280,7 +295,8 @@ pub(crate) trait WorkflowTx: Send {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// The reads of workflows on one backend: one statement each, on any connection.
+/// The reads of workflows on one backend: one statement each, on any connection,
+/// written once for all three (`crate::flow_sql`).
 pub(crate) trait WorkflowReads: Send {
     /// Workflows, newest first: ids below `before_id`, at most `limit`.
     fn workflow_rows(

@@ -26,11 +26,15 @@ use tenax_core::{AttemptRecord, TaskId, TaskRecord};
 mod alert_state;
 mod bulk;
 mod common;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod dialect;
 mod due;
 mod error;
 pub mod events;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod flow;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod flow_sql;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 pub mod outbox;

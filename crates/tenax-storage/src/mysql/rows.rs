@@ -5,21 +5,61 @@
 //! flags `_bin` columns as BINARY, which sqlx refuses to decode as `String`.
 use chrono::{DateTime, Utc};
 use sqlx::mysql::MySqlRow;
-use sqlx::Row;
+use sqlx::{MySql, QueryBuilder, Row};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
     TaskRecord,
 };
 
-use super::map_err;
+use super::{map_err, push_list, storable, DbTime};
+use crate::dialect::Dialect;
 use crate::error::{Result, StorageError};
 
-/// The columns every task query selects, in [`task_from_row`]'s terms.
-pub(super) const TASK_COLUMNS: &str =
-    "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
-     priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
-     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
-     concurrency_key, concurrency_limit, created_by";
+/// MariaDB's spelling of the shared statements: `DATETIME(6)` times ([`storable`]), text
+/// read as checked bytes, no `UPDATE ... RETURNING`, and `ON DUPLICATE KEY` for a taken
+/// key.
+impl Dialect for MySql {
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const FOR_SHARE: &'static str = " LOCK IN SHARE MODE";
+    /// `id = id` changes nothing: the row with that number stays as it is.
+    const ON_TASK_NO_TAKEN: &'static str = "ON DUPLICATE KEY UPDATE id = id";
+    const COUNT_STAR: &'static str = "CAST(COUNT(*) AS SIGNED)";
+    const UPDATE_RETURNING: bool = false;
+
+    type Time = DbTime;
+    fn bind_time(t: DateTime<Utc>) -> DbTime {
+        storable(t)
+    }
+    type Count = i64;
+    fn bind_count(n: u32) -> i64 {
+        i64::from(n)
+    }
+
+    fn map_err(err: sqlx::Error) -> StorageError {
+        map_err(err)
+    }
+    fn read_time(row: &MySqlRow, column: &str) -> Result<DateTime<Utc>> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn read_opt_time(row: &MySqlRow, column: &str) -> Result<Option<DateTime<Utc>>> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn text(row: &MySqlRow, column: &str) -> Result<String> {
+        text(row, column)
+    }
+    fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
+        opt_text(row, column)
+    }
+    fn task_from_row(row: &MySqlRow) -> Result<TaskRecord> {
+        task_from_row(row)
+    }
+    fn push_ids(qb: &mut QueryBuilder<'_, MySql>, ids: &[i64]) {
+        qb.push("IN ");
+        push_list(qb, ids.iter().copied());
+    }
+}
+
+pub(super) use crate::dialect::TASK_COLUMNS;
 
 fn utf8(bytes: Vec<u8>, column: &str) -> Result<String> {
     String::from_utf8(bytes).map_err(|_| StorageError::Corrupt(format!("{column} is not UTF-8")))

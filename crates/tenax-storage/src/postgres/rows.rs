@@ -1,20 +1,59 @@
 //! Decoding PostgreSQL rows into domain records.
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{Postgres, QueryBuilder, Row};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
     TaskRecord,
 };
 
-use super::map_err;
+use super::{map_err, notify};
+use crate::dialect::Dialect;
 use crate::error::{Result, StorageError};
 
-/// The columns every task query selects, in [`task_from_row`]'s terms.
-pub(super) const TASK_COLUMNS: &str =
-    "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
-     priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
-     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
-     concurrency_key, concurrency_limit, created_by";
+/// PostgreSQL's spelling of the shared statements: numbered placeholders, `timestamptz`
+/// times, 32-bit counts, and a `NOTIFY` for a queue with a task due.
+impl Dialect for Postgres {
+    const NUMBERED: bool = true;
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const FOR_SHARE: &'static str = " FOR SHARE";
+
+    type Time = DateTime<Utc>;
+    fn bind_time(t: DateTime<Utc>) -> DateTime<Utc> {
+        t
+    }
+    type Count = i32;
+    fn bind_count(n: u32) -> i32 {
+        i32::try_from(n).unwrap_or(i32::MAX)
+    }
+
+    fn map_err(err: sqlx::Error) -> StorageError {
+        map_err(err)
+    }
+    fn read_time(row: &PgRow, column: &str) -> Result<DateTime<Utc>> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn read_opt_time(row: &PgRow, column: &str) -> Result<Option<DateTime<Utc>>> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn text(row: &PgRow, column: &str) -> Result<String> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
+        task_from_row(row)
+    }
+    fn push_ids(qb: &mut QueryBuilder<'_, Postgres>, ids: &[i64]) {
+        qb.push("= ANY(").push_bind(ids.to_vec()).push(")");
+    }
+    async fn wake(conn: &mut PgConnection, queue: &str) -> Result<()> {
+        notify(conn, queue).await
+    }
+}
+
+pub(super) use crate::dialect::TASK_COLUMNS;
 
 fn u32_of(value: i32, column: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| StorageError::Corrupt(format!("{column} = {value}")))

@@ -1,21 +1,60 @@
 //! Decoding SQLite rows into domain records.
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
-use sqlx::Row;
+use sqlx::{QueryBuilder, Row, Sqlite};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
     TaskRecord,
 };
 
 use super::map_err;
+use crate::dialect::Dialect;
 use crate::error::{Result, StorageError};
 
-/// The columns every task query selects, in [`task_from_row`]'s terms.
-pub(super) const TASK_COLUMNS: &str =
-    "id, task_no, kind, parent_id, command_type, payload, payload_version, queue, \
-     priority, status, attempt, max_attempts, lease_epoch, lease_owner, lease_expires_at, run_at, \
-     timeout_ms, last_error, result, compensation, created_at, updated_at, started_at, finished_at, \
-     concurrency_key, concurrency_limit, created_by";
+/// SQLite's spelling of the shared statements: times are milliseconds, and its single
+/// writer holds every row already (no locking clause).
+impl Dialect for Sqlite {
+    const FOR_UPDATE: &'static str = "";
+    const FOR_SHARE: &'static str = "";
+
+    type Time = i64;
+    fn bind_time(t: DateTime<Utc>) -> i64 {
+        t.timestamp_millis()
+    }
+    type Count = i64;
+    fn bind_count(n: u32) -> i64 {
+        i64::from(n)
+    }
+
+    fn map_err(err: sqlx::Error) -> StorageError {
+        map_err(err)
+    }
+    fn read_time(row: &SqliteRow, column: &str) -> Result<DateTime<Utc>> {
+        ms(row.try_get(column).map_err(map_err)?)
+    }
+    fn read_opt_time(row: &SqliteRow, column: &str) -> Result<Option<DateTime<Utc>>> {
+        opt_ms(row.try_get(column).map_err(map_err)?)
+    }
+    fn text(row: &SqliteRow, column: &str) -> Result<String> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn opt_text(row: &SqliteRow, column: &str) -> Result<Option<String>> {
+        row.try_get(column).map_err(map_err)
+    }
+    fn task_from_row(row: &SqliteRow) -> Result<TaskRecord> {
+        task_from_row(row)
+    }
+    fn push_ids(qb: &mut QueryBuilder<'_, Sqlite>, ids: &[i64]) {
+        qb.push("IN (");
+        let mut list = qb.separated(", ");
+        for id in ids {
+            list.push_bind(*id);
+        }
+        qb.push(")");
+    }
+}
+
+pub(super) use crate::dialect::TASK_COLUMNS;
 
 pub(super) fn ms(value: i64) -> Result<DateTime<Utc>> {
     DateTime::from_timestamp_millis(value)
