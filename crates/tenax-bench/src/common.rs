@@ -238,6 +238,15 @@ impl BenchDb {
         }
     }
 
+    /// The database's floor of enqueue-to-start latency, `samples` inserts each
+    /// claimed at once, in milliseconds (PostgreSQL; `None` elsewhere).
+    pub(crate) async fn raw_latency(&self, samples: usize) -> anyhow::Result<Option<Vec<f64>>> {
+        Ok(match self {
+            Self::Postgres(s) => Some(crate::raw::postgres::raw_latency(s, samples).await?),
+            Self::Sqlite(_) | Self::MySql(_) => None,
+        })
+    }
+
     /// The plan of Tenax's own claim of `limit` tasks, run and rolled back (PostgreSQL;
     /// `None` elsewhere).
     pub(crate) async fn explain_claim(&self, limit: u32) -> anyhow::Result<Option<String>> {

@@ -4,7 +4,10 @@
 //! process takes part. With `--in-process`, the worker is a library `Worker` idle in
 //! the producer's process, and each task's latency runs from just before its enqueue
 //! call to its handler's start on the monotonic clock (`library.rs`), beside the
-//! database's figure of the same tasks.
+//! database's figure of the same tasks. On PostgreSQL the baseline follows: the same
+//! table emptied, then a raw insert claimed at once, as many times (at most 300), which
+//! is the floor of the path (its two commits, no worker); the ratio is Tenax's p50 over
+//! the floor's.
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -14,7 +17,7 @@ use tenax::storage::TaskRef;
 use tenax::Client;
 
 use crate::common::parse_duration;
-use crate::common::{bench_url, quantile, spawn_worker, wait_finished};
+use crate::common::{bench_url, quantile, spawn_worker, wait_finished, BenchDb};
 use crate::library::latency_in_process;
 
 #[derive(Debug, Args)]
@@ -42,6 +45,9 @@ pub struct LatencyArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// Samples of the raw baseline at most (each an insert and a claim, two commits).
+const FLOOR_SAMPLES: usize = 300;
 
 /// Nearest-rank p50, p95, p99 and the maximum of the samples (sorted here).
 fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
@@ -96,6 +102,20 @@ pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Re
     }
     let database = percentiles(samples);
     let call_to_start = call_to_start.map(percentiles);
+    // The floor, on the same table once it is emptied: as many inserts, each claimed
+    // at once, with no worker (PostgreSQL).
+    let db = BenchDb::connect(&url).await?;
+    db.reset().await?;
+    let floor = db
+        .raw_latency(tasks.min(FLOOR_SAMPLES))
+        .await?
+        .map(percentiles);
+    drop(db);
+    // Tenax's p50 over the floor's: the share of the path that is not the database's.
+    let measured = call_to_start.as_ref().unwrap_or(&database);
+    let ratio = floor.as_ref().map(|f| {
+        measured["p50"].as_f64().unwrap_or(f64::NAN) / f["p50"].as_f64().unwrap_or(f64::NAN)
+    });
     let backend = client.storage().backend();
     drop(client);
     crate::common::drop_bench_schema(database_url, false).await?;
@@ -107,6 +127,7 @@ pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Re
                 "rate_per_s": rate, "concurrency": concurrency,
                 "in_process": args.in_process, "enqueue_seconds": enqueue_secs,
                 "enqueue_to_start_ms": database, "call_to_handler_ms": call_to_start,
+                "baseline_insert_claim_ms": floor, "p50_to_baseline": ratio,
                 "accounted": ids.len(),
             })
         );
@@ -132,12 +153,18 @@ pub(crate) async fn latency(database_url: &str, args: LatencyArgs) -> anyhow::Re
             row("enqueue call → handler start (monotonic)", figures);
         }
         row("created_at → started_at (database)", &database);
+        if let Some(figures) = &floor {
+            row("raw insert, then claim at once (baseline)", figures);
+        }
         let worker = if args.in_process {
             "in this process"
         } else {
             "in its own process"
         };
         println!("enqueue→start latency, idle worker × {concurrency} {worker}:\n{table}");
+        if let Some(ratio) = ratio {
+            println!("p50 to the baseline's: {ratio:.2}");
+        }
     }
     Ok(())
 }

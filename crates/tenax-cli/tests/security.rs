@@ -2170,6 +2170,12 @@ fn battery_sql_text_is_never_formatted_from_input() {
         ("sqlite/outcomes.rs", "status"),      // a CASE constant
         ("tenax-bench/src/raw/sqlite.rs", "status"), // `tenax bench` fillers, constants
         ("tenax-bench/src/raw/sqlite.rs", "finished_at"),
+        ("postgres/claim.rs", "restricted"), // literal(): TRUE or FALSE
+        ("postgres/claim.rs", "skip_rated"), // literal(): TRUE or FALSE
+        ("tenax-bench/src/raw/mysql.rs", "status"), // `tenax bench` fillers, constants
+        ("tenax-bench/src/raw/mysql.rs", "attempt"),
+        ("tenax-bench/src/raw/mysql.rs", "finished_at"),
+        ("tenax-bench/src/raw/mysql.rs", "result"),
     ];
     // The backends, and the raw-SQL baselines of `tenax bench` (a crate of their own).
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -344,9 +344,9 @@ macro_rules! workflow_statements {
                     ids: &[WorkflowId],
                 ) -> Result<Vec<(WorkflowId, StatusCount)>> {
                     let mut qb = sqlx::QueryBuilder::<Db>::new(format!(
-                        "SELECT workflow_id, status, {} AS n, MAX(finished_at) AS last
+                        "SELECT workflow_id, status, {COUNT_STAR} AS n, MAX(finished_at) AS last
                          FROM tenax_tasks WHERE workflow_id ",
-                        Db::COUNT_STAR
+                        COUNT_STAR = Db::COUNT_STAR
                     ));
                     Db::push_ids(&mut qb, ids);
                     qb.push(" GROUP BY workflow_id, status");

@@ -226,6 +226,34 @@ async fn claim_complete_once(pool: &PgPool, batch: i64, worker: &str) -> Result<
     Ok(rows.len() as u64)
 }
 
+/// The database's own floor of an enqueue-to-start latency, `samples` times: one task
+/// inserted (its own commit), then claimed at once by the baseline claim (its own
+/// commit), timed from just before the insert until the claim returns it; no wake-up,
+/// no worker, nothing but the two statements Tenax's path also holds. Returns the
+/// samples in milliseconds.
+pub(crate) async fn raw_latency(storage: &PgStorage, samples: usize) -> Result<Vec<f64>> {
+    let pool = storage.pool();
+    let mut taken = Vec::with_capacity(samples);
+    for n in 0..samples {
+        let started = std::time::Instant::now();
+        insert_rows(pool, 1, 1, &format!("floor-{n}-"), false).await?;
+        let claimed = sqlx::query(CLAIM)
+            .bind(1i64)
+            .bind("baseline")
+            .fetch_all(pool)
+            .await?;
+        let took = started.elapsed().as_secs_f64() * 1000.0;
+        if claimed.len() != 1 {
+            anyhow::bail!(
+                "the floor's claim took {} tasks, not the one inserted",
+                claimed.len()
+            );
+        }
+        taken.push(took);
+    }
+    Ok(taken)
+}
+
 /// Drain the due tasks with `clients` concurrent loops of claim `batch` + complete
 /// `batch` (two commits per batch, like the database's own claim+complete limit).
 /// Returns the tasks finished.
