@@ -315,16 +315,14 @@ pub(crate) async fn raw_lifecycle(
 
 /// `EXPLAIN (ANALYZE, BUFFERS)` of Tenax's own fast-path claim of `limit` tasks of the
 /// `default` queue for `NOOP`, run in a transaction that is rolled back (nothing moves).
+/// An `EXPLAIN` with bound values is planned for those values: the one plan the
+/// claim's own connections keep is what `PgStorage::explain_claim` shows.
 pub(crate) async fn explain_claim(storage: &PgStorage, limit: u32) -> Result<String> {
     let sql = format!(
         "EXPLAIN (ANALYZE, BUFFERS) {}",
         tenax_storage::postgres::claim_sql(false, false)
     );
     let mut tx = storage.pool().begin().await?;
-    // The plan the claim's own connections keep (see `PgStorage`'s claims pool).
-    sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
-        .execute(&mut *tx)
-        .await?;
     let rows = sqlx::query(&sql)
         .bind(None::<DateTime<Utc>>)
         .bind(vec!["default".to_owned()])
