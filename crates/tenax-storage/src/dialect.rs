@@ -69,12 +69,65 @@ pub(crate) trait Dialect: sqlx::Database {
     fn task_from_row(row: &Self::Row) -> Result<TaskRecord>;
     /// Append `IN` the list `ids` (never empty) to a `WHERE column`.
     fn push_ids(qb: &mut QueryBuilder<'_, Self>, ids: &[i64]);
+    /// The caller's override `now`, else the database clock, read on `conn` (inside a
+    /// transaction: PostgreSQL's `now()` is the transaction's start).
+    fn clock(
+        conn: &mut Self::Connection,
+        now: Option<DateTime<Utc>>,
+    ) -> impl Future<Output = Result<DateTime<Utc>>> + Send;
+    /// `err` lost a lock conflict (a deadlock, a lock-wait timeout) after which the whole
+    /// transaction may simply run again; [`retrying`] runs it again. Only MariaDB's
+    /// writes lose them: SQLite has one writer, and PostgreSQL's row locks wait.
+    fn is_lock_conflict(err: &StorageError) -> bool {
+        let _ = err;
+        false
+    }
     /// Tell other processes that `queue` has a task due (PostgreSQL's `NOTIFY`; the
     /// other backends' probes see it by themselves, so they do nothing here).
     fn wake(conn: &mut Self::Connection, queue: &str) -> impl Future<Output = Result<()>> + Send {
         let _ = (conn, queue);
         async { Ok(()) }
     }
+}
+
+/// How many times [`retrying`] runs a transaction again after a lock conflict.
+pub(crate) const LOCK_CONFLICT_RETRIES: u32 = 5;
+
+/// Run a whole transaction, again when it lost a lock conflict ([`Dialect::is_lock_conflict`])
+/// after a jittered, doubling pause, up to [`LOCK_CONFLICT_RETRIES`] times. `transaction`
+/// begins and commits its own transaction: a deadlock rolls back all of it, and after a
+/// lock-wait timeout (which rolls back only the statement) the dropped transaction
+/// rolls back the rest. Where the backend loses no conflicts it runs once.
+pub(crate) async fn retrying<D, T, F, Fut>(mut transaction: F) -> Result<T>
+where
+    D: Dialect,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut retries = 0;
+    loop {
+        match transaction().await {
+            Err(err) if retries < LOCK_CONFLICT_RETRIES && D::is_lock_conflict(&err) => {
+                retries += 1;
+                let pause = backoff(retries);
+                tracing::debug!(%err, retries, ?pause, "lock conflict; transaction run again");
+                tokio::time::sleep(pause).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Between half and all of 10 ms × 2^(retry - 1), so that colliding transactions do not
+/// collide again.
+pub(crate) fn backoff(retry: u32) -> std::time::Duration {
+    use std::hash::BuildHasher;
+
+    let ceiling_us = 10_000u64 << retry.saturating_sub(1).min(10);
+    // A fresh `RandomState` is randomly keyed: hashing anything with it is a cheap
+    // random number, without another dependency.
+    let random = std::collections::hash_map::RandomState::new().hash_one(retry);
+    std::time::Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1))
 }
 
 /// `sql` in `D`'s placeholders: each `?` outside a quoted literal becomes `$1`, `$2`,

@@ -1,7 +1,6 @@
 //! MariaDB's errors: the server's error numbers, their mapping to [`StorageError`],
 //! and a transaction run again when it lost a lock conflict.
 use std::future::Future;
-use std::time::Duration;
 
 use sqlx::mysql::MySqlDatabaseError;
 
@@ -24,9 +23,6 @@ pub(super) const CONNECTION_ERRORS: [u16; 3] = [1040, 1053, 1927];
 /// Errors of a server that is failing over or interrupting statements: read-only
 /// (1290, 1836), query interrupted (1317), statement time exceeded (1969).
 pub(super) const FAILOVER_ERRORS: [u16; 4] = [1290, 1317, 1836, 1969];
-
-/// How often a transaction that lost a lock conflict is run again before giving up.
-pub(super) const LOCK_CONFLICT_RETRIES: u32 = 5;
 
 /// Map a sqlx error to the normalised kinds.
 pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
@@ -75,38 +71,12 @@ pub(super) fn is_lock_conflict(err: &StorageError) -> bool {
         })
 }
 
-/// Run a whole transaction, again when it lost a lock conflict (after a jittered,
-/// doubling pause), up to [`LOCK_CONFLICT_RETRIES`] times. `transaction` must begin and
-/// commit its own transaction: a deadlock rolls back all of it, and after a lock-wait
-/// timeout (which rolls back only the statement) the transaction is dropped, which
-/// rolls it back.
-pub(super) async fn retrying<T, F, Fut>(mut transaction: F) -> Result<T>
+/// Run a whole transaction, again when it lost a lock conflict: [`crate::dialect::retrying`]
+/// for MariaDB.
+pub(super) async fn retrying<T, F, Fut>(transaction: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut retries = 0;
-    loop {
-        match transaction().await {
-            Err(err) if retries < LOCK_CONFLICT_RETRIES && is_lock_conflict(&err) => {
-                retries += 1;
-                let pause = backoff(retries);
-                tracing::debug!(%err, retries, ?pause, "lock conflict; transaction run again");
-                tokio::time::sleep(pause).await;
-            }
-            result => return result,
-        }
-    }
-}
-
-/// Between half and all of 10 ms × 2^(retry - 1), so that colliding transactions do not
-/// collide again.
-pub(super) fn backoff(retry: u32) -> Duration {
-    use std::hash::BuildHasher;
-
-    let ceiling_us = 10_000u64 << retry.saturating_sub(1).min(10);
-    // A fresh `RandomState` is randomly keyed: hashing anything with it is a cheap
-    // random number, without another dependency.
-    let random = std::collections::hash_map::RandomState::new().hash_one(retry);
-    Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1))
+    crate::dialect::retrying::<sqlx::MySql, T, F, Fut>(transaction).await
 }

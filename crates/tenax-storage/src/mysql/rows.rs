@@ -5,12 +5,13 @@
 //! flags `_bin` columns as BINARY, which sqlx refuses to decode as `String`.
 use chrono::{DateTime, Utc};
 use sqlx::mysql::MySqlRow;
-use sqlx::{MySql, QueryBuilder, Row};
+use sqlx::{MySql, MySqlConnection, QueryBuilder, Row};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
     TaskRecord,
 };
 
+use super::errors::is_lock_conflict;
 use super::{map_err, push_list, storable, DbTime};
 use crate::dialect::Dialect;
 use crate::error::{Result, StorageError};
@@ -56,6 +57,18 @@ impl Dialect for MySql {
     fn push_ids(qb: &mut QueryBuilder<'_, MySql>, ids: &[i64]) {
         qb.push("IN ");
         push_list(qb, ids.iter().copied());
+    }
+    async fn clock(conn: &mut MySqlConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+        match now {
+            Some(now) => Ok(now),
+            None => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+                .fetch_one(conn)
+                .await
+                .map_err(map_err),
+        }
+    }
+    fn is_lock_conflict(err: &StorageError) -> bool {
+        is_lock_conflict(err)
     }
 }
 

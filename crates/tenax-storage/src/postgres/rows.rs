@@ -7,7 +7,7 @@ use tenax_core::{
     TaskRecord,
 };
 
-use super::{map_err, notify};
+use super::{clock, map_err, notify};
 use crate::dialect::Dialect;
 use crate::error::{Result, StorageError};
 
@@ -47,6 +47,9 @@ impl Dialect for Postgres {
     }
     fn push_ids(qb: &mut QueryBuilder<'_, Postgres>, ids: &[i64]) {
         qb.push("= ANY(").push_bind(ids.to_vec()).push(")");
+    }
+    async fn clock(conn: &mut PgConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+        clock(conn, now).await
     }
     async fn wake(conn: &mut PgConnection, queue: &str) -> Result<()> {
         notify(conn, queue).await

@@ -1,13 +1,13 @@
 //! Decoding SQLite rows into domain records.
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use tenax_core::{
     AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
     TaskRecord,
 };
 
-use super::map_err;
+use super::{map_err, NOW_MS};
 use crate::dialect::Dialect;
 use crate::error::{Result, StorageError};
 
@@ -51,6 +51,15 @@ impl Dialect for Sqlite {
             list.push_bind(*id);
         }
         qb.push(")");
+    }
+    async fn clock(conn: &mut SqliteConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+        match now {
+            Some(now) => Ok(now),
+            None => ms(sqlx::query_scalar(NOW_MS)
+                .fetch_one(conn)
+                .await
+                .map_err(map_err)?),
+        }
     }
 }
 
