@@ -20,6 +20,7 @@ use sqlx::QueryBuilder;
 use tenax_core::TaskRecord;
 
 use crate::error::{Result, StorageError};
+use crate::params::{InsertAccept, TaskInsertManyChecked, TaskInsertOutcome};
 
 /// The columns every task query selects, in each backend's `task_from_row` terms.
 pub(crate) const TASK_COLUMNS: &str =
@@ -128,6 +129,31 @@ pub(crate) fn backoff(retry: u32) -> std::time::Duration {
     // random number, without another dependency.
     let random = std::collections::hash_map::RandomState::new().hash_one(retry);
     std::time::Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1))
+}
+
+/// Commit `tx` if `accept` takes `outcomes`, else roll it back: how every backend's
+/// `task_insert_many_if` ends. The caller wakes its workers if a committed task is new.
+pub(crate) async fn commit_if_accepted<D: Dialect>(
+    tx: sqlx::Transaction<'static, D>,
+    outcomes: Vec<TaskInsertOutcome>,
+    accept: &InsertAccept<'_>,
+) -> Result<TaskInsertManyChecked> {
+    let committed = accept(&outcomes);
+    if committed {
+        tx.commit().await.map_err(D::map_err)?;
+    } else {
+        tx.rollback().await.map_err(D::map_err)?;
+    }
+    Ok(TaskInsertManyChecked {
+        outcomes,
+        committed,
+    })
+}
+
+/// Whether a committed insert made a new task, so that the inserting process wakes its
+/// own workers.
+pub(crate) fn woke_by(checked: &TaskInsertManyChecked) -> bool {
+    checked.committed && checked.outcomes.iter().any(TaskInsertOutcome::created)
 }
 
 /// `sql` in `D`'s placeholders: each `?` outside a quoted literal becomes `$1`, `$2`,

@@ -314,21 +314,11 @@ impl PgStorage {
             let mut tx = self.begin().await?;
             let skip = insert::Existing::Skip;
             let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
-            if !accept(&outcomes) {
-                tx.rollback().await.map_err(map_err)?;
-                return Ok(TaskInsertManyChecked {
-                    outcomes,
-                    committed: false,
-                });
-            }
-            tx.commit().await.map_err(map_err)?;
-            if outcomes.iter().any(TaskInsertOutcome::created) {
+            let checked = crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
+            if crate::dialect::woke_by(&checked) {
                 self.wake();
             }
-            Ok(TaskInsertManyChecked {
-                outcomes,
-                committed: true,
-            })
+            Ok(checked)
         })
         .await
     }

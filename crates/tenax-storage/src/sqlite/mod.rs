@@ -317,20 +317,10 @@ impl SqliteStorage {
     ) -> Result<TaskInsertManyChecked> {
         let mut tx = self.begin().await?;
         let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
-        if !accept(&outcomes) {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(TaskInsertManyChecked {
-                outcomes,
-                committed: false,
-            });
-        }
-        tx.commit().await.map_err(map_err)?;
-        if outcomes.iter().any(TaskInsertOutcome::created) {
+        let checked = crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
+        if crate::dialect::woke_by(&checked) {
             self.wake();
         }
-        Ok(TaskInsertManyChecked {
-            outcomes,
-            committed: true,
-        })
+        Ok(checked)
     }
 }
