@@ -18,8 +18,9 @@ macro_rules! protocol_doc {
 /// Generate the transactional completion API of one backend. The invoking module
 /// defines `hold(&Storage, Lease)` (begin, then the guarded write; `None` after a
 /// rollback when the lease was lost), `finish(&mut Transaction, &TaskCompleteParams)`
-/// (complete inside the transaction; `Some(woke)` when it landed) and
-/// `wake(&Storage)`.
+/// (complete inside the transaction; `Some(woke)` when it landed); the storage's own
+/// `wake()` wakes this process's workers. [`hold_by_write!`] writes the `hold` of a
+/// backend whose guarded no-op `UPDATE` reports the rows it matched.
 macro_rules! transactional_api {
     ($db:ty, $storage:ty, $backend:literal) => {
         use std::future::Future;
@@ -211,7 +212,7 @@ macro_rules! transactional_api {
             }
             task.record_completion_committed();
             if woke {
-                wake(storage);
+                storage.wake();
             }
             Ok(())
         }
@@ -293,3 +294,38 @@ macro_rules! transactional_api {
 }
 
 pub(crate) use {protocol_doc, transactional_api};
+
+/// `hold` for a backend whose guarded no-op `UPDATE` reports the rows it matched
+/// (SQLite, PostgreSQL): begin, then that write, which takes the task's row lock (on
+/// SQLite, the single writer lock) until commit; `None` after a rollback when the
+/// lease was lost.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! hold_by_write {
+    ($db:ty, $storage:ty) => {
+        async fn hold(
+            storage: &$storage,
+            lease: Lease,
+        ) -> $crate::Result<Option<Transaction<'static, $db>>> {
+            use $crate::dialect::Dialect as _;
+            let mut tx = storage.begin().await?;
+            let sql = $crate::dialect::sql!(
+                $db,
+                "UPDATE tenax_tasks SET updated_at = updated_at
+                 WHERE id = ? AND status = 'running' AND lease_epoch = ?"
+            );
+            let held = sqlx::query(sql)
+                .bind(lease.id.0)
+                .bind(lease.epoch)
+                .execute(&mut *tx)
+                .await
+                .map_err(<$db>::map_err)?;
+            if held.rows_affected() == 1 {
+                return Ok(Some(tx));
+            }
+            tx.rollback().await.map_err(<$db>::map_err)?;
+            Ok(None)
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use hold_by_write;

@@ -28,7 +28,3 @@ async fn finish(
     let now = clock(tx, params.now).await?;
     complete_in(tx, params, now).await
 }
-
-fn wake(storage: &MySqlStorage) {
-    storage.wake();
-}
