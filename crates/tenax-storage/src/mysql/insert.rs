@@ -9,16 +9,14 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use sqlx::{MySql, MySqlConnection, QueryBuilder, Transaction};
+use sqlx::{MySql, MySqlConnection, QueryBuilder};
 use tenax_core::TaskRecord;
 
 use super::rows::{task_from_row, text, TASK_COLUMNS};
 use super::{map_err, mysql_error_number, plus, storable, DbTime, ER_DUP_ENTRY};
-use crate::common::{by_position, duration_ms, resolve_many, validate_insert, validate_many};
+use crate::common::{by_position, duration_ms, resolve_many};
 use crate::error::Result;
-use crate::params::{
-    RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
-};
+use crate::params::{RunAt, TaskInsertOutcome, TaskInsertParams};
 
 /// Rows per statement: 19 bound values each, well under the 65,535 placeholders.
 const CHUNK: usize = 1_000;
@@ -189,31 +187,10 @@ pub(super) async fn insert_many(
     resolve_many(tasks, by_position(tasks, created), &existing)
 }
 
-/// Insert a task inside the caller's open transaction: the task exists if and only if
-/// that transaction commits. Same rules as
-/// [`Storage::task_insert`](crate::Storage::task_insert) (a conflicting `task_no` is
-/// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)); workers are
-/// woken by their wake-up probe once the transaction commits (or find the task at
-/// their next poll when the probe is off). Use a `READ COMMITTED`
-/// transaction, as Tenax's own are, so a concurrent insert of the same number is seen.
-pub async fn enqueue_in(
-    tx: &mut Transaction<'_, MySql>,
-    params: &TaskInsertParams,
-) -> Result<TaskInserted> {
-    validate_insert(params)?;
-    let mut outcomes = insert_many(tx, std::slice::from_ref(params), params.now, None).await?;
-    outcomes
-        .pop()
-        .ok_or_else(|| crate::StorageError::NotFound(params.task_no.to_string()))?
-        .into_inserted()
-}
-
-/// Insert many tasks inside the caller's open transaction, as
-/// [`Storage::task_insert_many`](crate::Storage::task_insert_many) does in its own.
-pub async fn enqueue_many_in(
-    tx: &mut Transaction<'_, MySql>,
-    params: &TaskInsertManyParams,
-) -> Result<Vec<TaskInsertOutcome>> {
-    validate_many(&params.tasks)?;
-    insert_many(tx, &params.tasks, params.now, None).await
-}
+crate::shared::insert::enqueue_in_api!(
+    MySql,
+    "Workers are woken by their wake-up probe once the transaction commits (or find \
+     the task at their next poll when the probe is off). Use a `READ COMMITTED` \
+     transaction, as Tenax's own are, so a concurrent insert of the same number is seen.",
+    |conn, tasks, now| insert_many(conn, tasks, now, None)
+);

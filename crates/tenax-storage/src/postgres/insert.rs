@@ -5,16 +5,14 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Postgres, Row, Transaction};
+use sqlx::{PgConnection, Postgres, Row};
 use tenax_core::{TaskId, TaskKind, TaskRecord, TaskStatus};
 
 use super::rows::{task_from_row, TASK_COLUMNS};
 use super::{map_err, WAKE_CHANNEL};
-use crate::common::{duration_ms, resolve_many, validate_insert, validate_many};
+use crate::common::{duration_ms, resolve_many};
 use crate::error::Result;
-use crate::params::{
-    RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
-};
+use crate::params::{RunAt, TaskInsertOutcome, TaskInsertParams};
 use crate::StorageError;
 
 /// Rows per statement (each column is one array parameter, so this only bounds the
@@ -361,41 +359,13 @@ fn created_record(
     }
 }
 
-/// Insert a task inside the caller's open transaction: the task exists if and only if
-/// that transaction commits. Same rules as
-/// [`Storage::task_insert`](crate::Storage::task_insert) (a conflicting `task_no` is
-/// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)). The wake-up
-/// `NOTIFY` is part of the transaction, so workers hear of the task at the commit. The
-/// transaction must reach Tenax's tables (same database and, with `?schema=`, a
-/// `search_path` that names the schema).
-pub async fn enqueue_in(
-    tx: &mut Transaction<'_, Postgres>,
-    params: &TaskInsertParams,
-) -> Result<TaskInserted> {
-    validate_insert(params)?;
-    let mut outcomes = insert_many(
-        tx,
-        std::slice::from_ref(params),
-        params.now,
-        None,
-        Existing::Skip,
-    )
-    .await?;
-    outcomes
-        .pop()
-        .ok_or_else(|| crate::StorageError::NotFound(params.task_no.to_string()))?
-        .into_inserted()
-}
-
-/// Insert many tasks inside the caller's open transaction, as
-/// [`Storage::task_insert_many`](crate::Storage::task_insert_many) does in its own.
-pub async fn enqueue_many_in(
-    tx: &mut Transaction<'_, Postgres>,
-    params: &TaskInsertManyParams,
-) -> Result<Vec<TaskInsertOutcome>> {
-    validate_many(&params.tasks)?;
-    insert_many(tx, &params.tasks, params.now, None, Existing::Skip).await
-}
+crate::shared::insert::enqueue_in_api!(
+    Postgres,
+    "The wake-up `NOTIFY` is part of the transaction, so workers hear of the task at the \
+     commit. The transaction must reach Tenax's tables (same database and, with \
+     `?schema=`, a `search_path` that names the schema).",
+    |conn, tasks, now| insert_many(conn, tasks, now, None, Existing::Skip)
+);
 
 #[cfg(test)]
 #[cfg(feature = "testing")]

@@ -3,16 +3,14 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use tenax_core::TaskRecord;
 
 use super::rows::{task_from_row, TASK_COLUMNS};
 use super::{map_err, NOW_MS};
-use crate::common::{by_position, duration_ms, resolve_many, validate_insert, validate_many};
+use crate::common::{by_position, duration_ms, resolve_many};
 use crate::error::Result;
-use crate::params::{
-    RunAt, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams, TaskInserted,
-};
+use crate::params::{RunAt, TaskInsertOutcome, TaskInsertParams};
 
 /// Rows per statement: 20 bound values each, well under SQLite's 32,766 variables.
 const CHUNK: usize = 500;
@@ -116,30 +114,9 @@ pub(super) async fn insert_many(
     resolve_many(tasks, by_position(tasks, created), &existing)
 }
 
-/// Insert a task inside the caller's open transaction: the task exists if and only if
-/// that transaction commits. Same rules as
-/// [`Storage::task_insert`](crate::Storage::task_insert) (a conflicting `task_no` is
-/// [`StorageError::TaskNoConflict`](crate::StorageError::TaskNoConflict)); workers are
-/// woken by their wake-up probe once the transaction commits (or find the task at
-/// their next poll when the probe is off).
-pub async fn enqueue_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    params: &TaskInsertParams,
-) -> Result<TaskInserted> {
-    validate_insert(params)?;
-    let mut outcomes = insert_many(tx, std::slice::from_ref(params), params.now, None).await?;
-    outcomes
-        .pop()
-        .ok_or_else(|| crate::StorageError::NotFound(params.task_no.to_string()))?
-        .into_inserted()
-}
-
-/// Insert many tasks inside the caller's open transaction, as
-/// [`Storage::task_insert_many`](crate::Storage::task_insert_many) does in its own.
-pub async fn enqueue_many_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    params: &TaskInsertManyParams,
-) -> Result<Vec<TaskInsertOutcome>> {
-    validate_many(&params.tasks)?;
-    insert_many(tx, &params.tasks, params.now, None).await
-}
+crate::shared::insert::enqueue_in_api!(
+    Sqlite,
+    "Workers are woken by their wake-up probe once the transaction commits (or find \
+     the task at their next poll when the probe is off).",
+    |conn, tasks, now| insert_many(conn, tasks, now, None)
+);
