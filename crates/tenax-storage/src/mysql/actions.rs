@@ -5,7 +5,8 @@ use sqlx::{QueryBuilder, Row};
 use tenax_core::{TaskKind, TaskRecord, TaskStatus};
 
 use super::{
-    clock, fetch_id, fetch_ref, map_err, minus, push_list, runtime, Lock, MySqlStorage, FINISHED,
+    clock, fetch_id, fetch_ref_for_update, map_err, minus, push_list, runtime, MySqlStorage,
+    FINISHED,
 };
 use crate::common::refusal;
 use crate::error::{Result, StorageError};
@@ -16,7 +17,7 @@ impl MySqlStorage {
     pub(super) async fn cancel_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        let current = fetch_ref_for_update(&mut *tx, &params.task).await?;
         if let Some(task) = current
             .as_ref()
             .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
@@ -66,7 +67,7 @@ impl MySqlStorage {
     pub(super) async fn retry_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let current = fetch_ref(&mut *tx, &params.task, Lock::ForUpdate).await?;
+        let current = fetch_ref_for_update(&mut *tx, &params.task).await?;
         let (task, woke) = redrive::retry(&mut *tx, &params.task, current, now.and_utc()).await??;
         tx.commit().await.map_err(map_err)?;
         if woke {

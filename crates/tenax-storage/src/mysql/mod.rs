@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlExecutor, MySqlPool};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Row, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 
@@ -267,53 +267,11 @@ where
     qb.push(")");
 }
 
-/// Whether a task is locked (`SELECT ... FOR UPDATE`) when read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lock {
-    No,
-    ForUpdate,
-}
-
-impl Lock {
-    fn clause(self) -> &'static str {
-        match self {
-            Lock::No => "",
-            Lock::ForUpdate => " FOR UPDATE",
-        }
-    }
-}
-
-async fn fetch_ref(
-    executor: impl MySqlExecutor<'_>,
-    task: &TaskRef,
-    lock: Lock,
-) -> Result<Option<TaskRecord>> {
-    let lock = lock.clause();
-    let row = match task {
-        TaskRef::Id(id) => {
-            sqlx::query(&format!(
-                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id = ?{lock}"
-            ))
-            .bind(id.0)
-            .fetch_optional(executor)
-            .await
-        }
-        TaskRef::No(no) => {
-            sqlx::query(&format!(
-                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE task_no = ?{lock}"
-            ))
-            .bind(no.as_str())
-            .fetch_optional(executor)
-            .await
-        }
-    }
-    .map_err(map_err)?;
-    row.as_ref().map(task_from_row).transpose()
-}
+crate::shared::tasks::task_reads!(MySql);
 
 /// A task that must exist (it was just written in this transaction).
 async fn fetch_id(tx: &mut Transaction<'static, MySql>, id: TaskId) -> Result<TaskRecord> {
-    fetch_ref(&mut **tx, &TaskRef::Id(id), Lock::No)
+    fetch_ref(&mut **tx, &TaskRef::Id(id))
         .await?
         .ok_or_else(|| StorageError::NotFound(TaskRef::Id(id).to_string()))
 }

@@ -8,8 +8,8 @@ use sqlx::{MySql, QueryBuilder, Transaction};
 use tenax_core::{AttemptOutcome, CompensationState, TaskKind, TaskRecord, TaskStatus};
 
 use super::{
-    clock, fetch_id, fetch_ids, fetch_ref, map_err, plus, push_list, runtime, storable, DbTime,
-    Lock, MySqlStorage,
+    clock, fetch_id, fetch_ids, fetch_ref_for_update, map_err, plus, push_list, runtime, storable,
+    DbTime, MySqlStorage,
 };
 use crate::error::{Result, StorageError};
 use crate::flow::{self, FailPlan};
@@ -80,7 +80,7 @@ pub(super) async fn lock_leased(
     tx: &mut Transaction<'static, MySql>,
     lease: Lease,
 ) -> Result<Option<TaskRecord>> {
-    let task = fetch_ref(&mut **tx, &TaskRef::Id(lease.id), Lock::ForUpdate).await?;
+    let task = fetch_ref_for_update(&mut **tx, &TaskRef::Id(lease.id)).await?;
     Ok(task.filter(|t| t.status == TaskStatus::Running && t.lease_epoch == lease.epoch))
 }
 

@@ -48,7 +48,7 @@ impl Storage for MySqlStorage {
     }
 
     async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
-        fetch_ref(&self.pool, task, Lock::No).await
+        fetch_ref(&self.pool, task).await
     }
 
     async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {

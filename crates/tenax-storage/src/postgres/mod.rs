@@ -31,7 +31,7 @@ use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::common::{offers_nothing, split_ref, validate_insert};
+use crate::common::{offers_nothing, validate_insert};
 use crate::error::{Result, StorageError};
 use crate::flow;
 use crate::outbox::{
@@ -362,22 +362,7 @@ async fn notify(conn: &mut PgConnection, queue: &str) -> Result<()> {
     Ok(())
 }
 
-async fn fetch_ref(
-    executor: impl sqlx::PgExecutor<'_>,
-    task: &TaskRef,
-) -> Result<Option<TaskRecord>> {
-    let (by_id, by_no) = split_ref(task);
-    let row = sqlx::query(&format!(
-        "SELECT {TASK_COLUMNS} FROM tenax_tasks
-         WHERE ($1::bigint IS NOT NULL AND id = $1) OR ($2::text IS NOT NULL AND task_no = $2)"
-    ))
-    .bind(by_id)
-    .bind(by_no)
-    .fetch_optional(executor)
-    .await
-    .map_err(map_err)?;
-    row.as_ref().map(task_from_row).transpose()
-}
+crate::shared::tasks::task_reads!(Postgres);
 
 #[cfg(test)]
 mod tests {

@@ -6,3 +6,4 @@
 //! binding, a capability).
 
 pub(crate) mod insert;
+pub(crate) mod tasks;

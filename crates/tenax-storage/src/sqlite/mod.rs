@@ -269,31 +269,7 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
     }
 }
 
-async fn fetch_ref(
-    executor: impl sqlx::SqliteExecutor<'_>,
-    task: &TaskRef,
-) -> Result<Option<TaskRecord>> {
-    let row = match task {
-        TaskRef::Id(id) => {
-            sqlx::query(&format!(
-                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE id = ?"
-            ))
-            .bind(id.0)
-            .fetch_optional(executor)
-            .await
-        }
-        TaskRef::No(no) => {
-            sqlx::query(&format!(
-                "SELECT {TASK_COLUMNS} FROM tenax_tasks WHERE task_no = ?"
-            ))
-            .bind(no.as_str())
-            .fetch_optional(executor)
-            .await
-        }
-    }
-    .map_err(map_err)?;
-    row.as_ref().map(task_from_row).transpose()
-}
+crate::shared::tasks::task_reads!(Sqlite);
 
 impl SqliteStorage {
     /// Insert tasks in one `BEGIN IMMEDIATE` transaction, then wake this process's
