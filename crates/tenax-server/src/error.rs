@@ -169,7 +169,13 @@ impl IntoResponse for ApiError {
 
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
-        match &e {
+        Self::from(&e)
+    }
+}
+
+impl From<&StorageError> for ApiError {
+    fn from(e: &StorageError) -> Self {
+        match e {
             StorageError::TaskNoConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "task_no_conflict", e.to_string())
             }
@@ -196,11 +202,22 @@ impl From<StorageError> for ApiError {
     }
 }
 
+/// A client call's error is answered as the storage error or the refusal it wraps
+/// would be on its own: a store refusing through the client answers as one called
+/// directly.
 impl From<tenax::Error> for ApiError {
     fn from(e: tenax::Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+/// The same, for an error the caller keeps (an `Enqueue` builder's refusal, read
+/// through `Enqueue::params`).
+impl From<&tenax::Error> for ApiError {
+    fn from(e: &tenax::Error) -> Self {
         match e {
             tenax::Error::Storage(e) => e.into(),
-            tenax::Error::Invalid(e) => e.into(),
+            tenax::Error::Invalid(e) => e.clone().into(),
             other => Self::invalid(other.to_string()),
         }
     }

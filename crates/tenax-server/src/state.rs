@@ -3,6 +3,7 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 
 use tenax::storage::Storage;
+use tenax::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Tokens;
@@ -18,6 +19,9 @@ pub struct AppState {
 
 pub(crate) struct Inner {
     pub(crate) storage: Arc<dyn Storage>,
+    /// The library's client over `storage`: every task the API enqueues goes in
+    /// through it, as one enqueued from Rust does.
+    client: Client,
     pub(crate) config: ServerConfig,
     /// Read by every request; swapped whole by [`AppState::reload_tokens`].
     tokens: RwLock<Arc<Tokens>>,
@@ -51,6 +55,7 @@ impl AppState {
         let tokens = RwLock::new(Arc::new(Tokens::new(&config.tokens)));
         Self {
             inner: Arc::new(Inner {
+                client: Client::new(storage.clone()),
                 storage,
                 config,
                 tokens,
@@ -107,6 +112,11 @@ impl AppState {
 
     pub(crate) fn storage(&self) -> &Arc<dyn Storage> {
         &self.inner.storage
+    }
+
+    /// The client every enqueue goes through (over [`storage`](AppState::storage)).
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
     }
 
     /// Run one database call bounded by `db_timeout`: past it (an exhausted pool, a

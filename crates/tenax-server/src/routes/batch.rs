@@ -6,8 +6,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use tenax::storage::{validate_insert, TaskInsertManyParams, TaskInsertOutcome, TaskInsertParams};
-use tenax::TaskRecord;
+use tenax::storage::{validate_insert, TaskInsertOutcome, TaskInsertParams};
+use tenax::{Enqueue, TaskRecord};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -47,15 +47,21 @@ pub(crate) async fn enqueue_batch(
     let mut positions = Vec::with_capacity(count);
     let mut tasks = Vec::with_capacity(count);
     for (index, item) in req.tasks.into_iter().enumerate() {
-        match batch_params(&state, item, created_by.clone()) {
-            Ok(params) => {
+        match batch_task(&state, item, created_by.clone()) {
+            Ok(task) => {
                 positions.push(index);
-                tasks.push(params);
+                tasks.push(task);
             }
             Err(e) => answers[index] = Some(Err(e)),
         }
     }
-    let refused = batch_pressure(&state, &tasks).await?;
+    let refused = {
+        let views = tasks
+            .iter_mut()
+            .map(Enqueue::params)
+            .collect::<Result<Vec<_>, _>>()?;
+        batch_pressure(&state, &views).await?
+    };
     if refused.iter().any(Option::is_some) {
         let mut kept_positions = Vec::with_capacity(tasks.len());
         let mut kept = Vec::with_capacity(tasks.len());
@@ -75,12 +81,11 @@ pub(crate) async fn enqueue_batch(
         return Ok(batch_refused(answers));
     }
     if !tasks.is_empty() {
-        let params = TaskInsertManyParams { tasks, now: None };
         let outcomes = if req.atomic {
             let accept =
                 |outcomes: &[TaskInsertOutcome]| outcomes.iter().all(|o| passes(&caller, o));
             let checked = state
-                .db(state.storage().task_insert_many_if(&params, &accept))
+                .db(state.client().enqueue_many_if(tasks, accept))
                 .await?;
             if !checked.committed {
                 for (index, outcome) in positions.iter().zip(checked.outcomes) {
@@ -92,7 +97,7 @@ pub(crate) async fn enqueue_batch(
             }
             checked.outcomes
         } else {
-            state.db(state.storage().task_insert_many(&params)).await?
+            state.db(state.client().enqueue_many(tasks)).await?
         };
         if outcomes.len() != positions.len() {
             tracing::error!(
@@ -102,9 +107,9 @@ pub(crate) async fn enqueue_batch(
             );
             return Err(ApiError::for_status(StatusCode::INTERNAL_SERVER_ERROR));
         }
-        for ((index, outcome), task) in positions.iter().zip(outcomes).zip(&params.tasks) {
+        for (index, outcome) in positions.iter().zip(outcomes) {
             if outcome.created() {
-                state.inner.pending.bump(&task.queue);
+                state.inner.pending.bump(&outcome.task().queue);
             }
             answers[*index] = Some(outcome_answer(&caller, outcome));
         }
@@ -152,17 +157,17 @@ pub(crate) async fn enqueue_batch(
 /// enqueue of it would have answered.
 type Answer = Result<(bool, TaskRecord), ApiError>;
 
-/// A batch task's insert parameters, under the caller's name, with every check a
-/// single enqueue makes before the database: the request's and the store's.
-fn batch_params(
+/// A batch task's enqueue, under the caller's name, with every check a single enqueue
+/// makes before the database: the request's and the store's (so that a task the store
+/// would refuse is answered alone instead of refusing the whole batch).
+fn batch_task(
     state: &AppState,
     req: EnqueueRequest,
     created_by: Option<String>,
-) -> Result<TaskInsertParams, ApiError> {
-    let mut params = insert_params(state, req)?;
-    params.created_by = created_by;
-    validate_insert(&params)?;
-    Ok(params)
+) -> Result<Enqueue<'_>, ApiError> {
+    let mut task = enqueue_of(state, req, created_by)?;
+    validate_insert(task.params()?)?;
+    Ok(task)
 }
 
 /// Back-pressure for a batch, in request order: in each queue with a maximum, the tasks
@@ -171,7 +176,7 @@ fn batch_params(
 /// Returns, per task, the 429 of a refused one.
 async fn batch_pressure(
     state: &AppState,
-    tasks: &[TaskInsertParams],
+    tasks: &[&TaskInsertParams],
 ) -> Result<Vec<Option<ApiError>>, ApiError> {
     let mut refused: Vec<Option<ApiError>> = (0..tasks.len()).map(|_| None).collect();
     if state

@@ -1,5 +1,6 @@
 //! Task routes: enqueue (one; many in `batch.rs`), list, get, attempts, wait, cancel,
 //! retry.
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -8,7 +9,7 @@ use axum::{Extension, Json};
 use tenax::storage::{
     TaskActionParams, TaskInsertParams, TaskListParams, TaskRef, MAX_DELAY, PAYLOAD_MAX_BYTES,
 };
-use tenax::{Client, QueueName, TaskId, TaskNo, TaskRecord, TaskStatus};
+use tenax::{Enqueue, QueueName, TaskId, TaskNo, TaskRecord, TaskStatus};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -207,16 +208,19 @@ fn check_http_path(path: Option<&serde_json::Value>) -> Result<(), ApiError> {
     }
 }
 
-/// Turn a request into insert parameters, checking every field. The task is built by
-/// the library's own builder (`Client::enqueue_raw`), so a task enqueued over HTTP gets
-/// the defaults and the checks of one enqueued from Rust; this function only checks
-/// the request's ranges (naming the field) and sets what the request gives. The one
-/// default of the server's own is the attempt budget a `[retry]` section of its
-/// configuration gives the command type.
-pub(crate) fn insert_params(
+/// Turn a request into the library's enqueue of it, under the caller's name
+/// (`created_by`), checking every field. The task is built by the library's own
+/// builder (`Client::enqueue_raw`) and sent through it, so a task enqueued over HTTP
+/// gets the defaults and the checks of one enqueued from Rust; this function only
+/// checks the request's ranges (naming the field) and sets what the request gives.
+/// The one default of the server's own is the attempt budget a `[retry]` section of
+/// its configuration gives the command type. The task's number is fixed here, so
+/// `Enqueue::params` shows what will be inserted to the checks made before the write.
+pub(crate) fn enqueue_of(
     state: &AppState,
     req: EnqueueRequest,
-) -> Result<TaskInsertParams, ApiError> {
+    created_by: Option<String>,
+) -> Result<Enqueue<'_>, ApiError> {
     check_command_type(state, &req.command_type)?;
     check_outbound(state, &req)?;
     let given = |field: &str, value: Option<i64>, min: i64, max: i64| {
@@ -235,8 +239,8 @@ pub(crate) fn insert_params(
     let payload_version = given("payload_version", req.payload_version, 1, u32::MAX.into())?;
     let concurrency_limit = given("concurrency_limit", req.concurrency_limit, 1, 1000)?;
 
-    let client = Client::new(state.storage().clone());
-    let mut task = client
+    let mut task = state
+        .client()
         .enqueue_raw(&req.command_type, &req.payload)
         .max_attempts(state.config().max_attempts_of(&req.command_type));
     // Each value is in range (checked above), so the conversions cannot fail.
@@ -274,19 +278,19 @@ pub(crate) fn insert_params(
     if let Some(url) = req.callback_url {
         task = task.callback_url(url);
     }
-    let params = task.into_params()?;
-    if params.payload.len() > PAYLOAD_MAX_BYTES {
+    if let Some(name) = created_by {
+        task = task.created_by(name);
+    }
+    let payload_len = task.params()?.payload.len();
+    if payload_len > PAYLOAD_MAX_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
-            format!(
-                "payload: {} bytes, at most {PAYLOAD_MAX_BYTES}",
-                params.payload.len()
-            ),
+            format!("payload: {payload_len} bytes, at most {PAYLOAD_MAX_BYTES}"),
         )
         .field("payload"));
     }
-    Ok(params)
+    Ok(task)
 }
 
 /// 429 when the queue already holds its configured maximum of waiting tasks (a repeat
@@ -364,33 +368,30 @@ async fn enqueue_one(
     caller: &Caller,
     req: EnqueueRequest,
 ) -> Result<(bool, TaskView), ApiError> {
-    let mut params = insert_params(state, req)?;
-    params.created_by = caller.enqueuer(state);
-    check_pressure(state, &params).await?;
-    let inserted = match state.db(state.storage().task_insert(&params)).await {
+    let mut task = enqueue_of(state, req, caller.enqueuer(state))?;
+    let params = task.params()?;
+    check_pressure(state, params).await?;
+    let task_no = params.task_no.clone();
+    let inserted = match state.db(task.into_future()).await {
         Ok(inserted) => inserted,
         Err(e) if e.code == "task_no_conflict" => {
             // Whether another's task has this type and payload is not the caller's to
             // learn.
             let existing = state
-                .db(state
-                    .storage()
-                    .task_get(&TaskRef::No(params.task_no.clone())))
+                .db(state.storage().task_get(&TaskRef::No(task_no.clone())))
                 .await?;
             return Err(match existing {
-                Some(t) if !caller.may_read(t.created_by.as_deref()) => {
-                    number_taken(&params.task_no)
-                }
+                Some(t) if !caller.may_read(t.created_by.as_deref()) => number_taken(&task_no),
                 _ => e,
             });
         }
         Err(e) => return Err(e),
     };
     if !inserted.created && !caller.may_read(inserted.task.created_by.as_deref()) {
-        return Err(number_taken(&params.task_no));
+        return Err(number_taken(&task_no));
     }
     if inserted.created {
-        state.inner.pending.bump(&params.queue);
+        state.inner.pending.bump(&inserted.task.queue);
     }
     Ok((
         inserted.created,

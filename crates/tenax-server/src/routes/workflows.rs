@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::model::*;
 use crate::routes::secrets;
-use crate::routes::tasks::{check_pressure, decode_cursor, encode_cursor, insert_params};
+use crate::routes::tasks::{check_pressure, decode_cursor, encode_cursor, enqueue_of};
 use crate::state::AppState;
 
 /// Default and largest page of `GET /v1/workflows`.
@@ -118,9 +118,9 @@ pub(crate) async fn create(
         };
         previous = Some(item.key.clone());
         // The enqueue body sits under `task` in each item.
-        let mut task = insert_params(&state, item.task)
+        let task = enqueue_of(&state, item.task, caller.enqueuer(&state))
+            .and_then(|task| Ok(task.into_params()?))
             .map_err(|e| e.within("task").at(&format!("tasks[{index}]")))?;
-        task.created_by = caller.enqueuer(&state);
         check_pressure(&state, &task).await?;
         tasks.push(WorkflowTaskParams {
             key: item.key,

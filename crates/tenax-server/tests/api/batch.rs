@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
-use tenax::storage::TaskListParams;
+use tenax::storage::{TaskListParams, TaskRef};
 use tenax_server::{QueueLimit, ServerConfig};
 use tenax_storage::testing::Harness;
 
@@ -365,12 +365,102 @@ async fn a_full_queue_refuses_the_tasks_over_its_maximum(h: &Harness) {
     assert_eq!(stored_numbers(h).await, expected);
 }
 
+/// Every task enqueued over HTTP is stored under the caller's token name, however it
+/// came in: alone, in a batch, in an atomic batch; on a server without tokens, under
+/// none. A repeat by another caller keeps the first name.
+async fn every_enqueue_stores_the_callers_name(h: &Harness) {
+    let stored_by = |no: String| {
+        let storage = h.storage.clone();
+        async move {
+            let task = storage
+                .task_get(&TaskRef::No(tenax::TaskNo::new(no.clone()).unwrap()))
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{no} is not stored"));
+            task.created_by
+        }
+    };
+    let app = app(h.storage.clone(), config());
+    for (token, name) in [(ENQUEUER, "shop"), (ADMIN, "ops-1")] {
+        let single = call(
+            &app,
+            Method::POST,
+            "/v1/tasks",
+            Some(token),
+            Some(&echo(&format!("{name}-single"), 0).to_string()),
+        )
+        .await;
+        assert_eq!(single.status, StatusCode::CREATED, "{}", single.body);
+        assert_eq!(single.body["created_by"], name, "{}", single.body);
+        assert_eq!(
+            stored_by(format!("{name}-single")).await.as_deref(),
+            Some(name)
+        );
+        for atomic in [false, true] {
+            let tasks: Vec<Value> = (0..3)
+                .map(|i| echo(&format!("{name}-{atomic}-{i}"), i))
+                .collect();
+            let body = json!({"atomic": atomic, "tasks": tasks});
+            let answer = batch(&app, token, &body).await;
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+            assert_eq!(statuses(&answer), [201, 201, 201]);
+            for i in 0..3 {
+                assert_eq!(result(&answer, i)["task"]["created_by"], name);
+                assert_eq!(
+                    stored_by(format!("{name}-{atomic}-{i}")).await.as_deref(),
+                    Some(name),
+                    "atomic {atomic}, task {i}"
+                );
+            }
+        }
+    }
+    // An admin repeating the enqueue token's task gets it, still under the first name.
+    let repeat = batch(
+        &app,
+        ADMIN,
+        &json!({"atomic": true, "tasks": [echo("shop-true-0", 0)]}),
+    )
+    .await;
+    assert_eq!(statuses(&repeat), [200], "{}", repeat.body);
+    assert_eq!(
+        stored_by("shop-true-0".into()).await.as_deref(),
+        Some("shop")
+    );
+
+    let mut open = config();
+    open.tokens.clear();
+    let open = tenax_server::router(tenax_server::AppState::new(h.storage.clone(), open));
+    let single = call(
+        &open,
+        Method::POST,
+        "/v1/tasks",
+        None,
+        Some(&echo("open-single", 0).to_string()),
+    )
+    .await;
+    assert_eq!(single.status, StatusCode::CREATED, "{}", single.body);
+    let body = json!({"atomic": true, "tasks": [echo("open-batch", 0)]});
+    let answer = call(
+        &open,
+        Method::POST,
+        "/v1/tasks/batch",
+        None,
+        Some(&body.to_string()),
+    )
+    .await;
+    assert_eq!(statuses(&answer), [201], "{}", answer.body);
+    for no in ["open-single", "open-batch"] {
+        assert_eq!(stored_by(no.into()).await, None, "{no}");
+    }
+}
+
 on_every_backend!(
     a_batch_of_batch_max_tasks_is_enqueued_and_one_more_is_refused,
     a_mixed_batch_enqueues_exactly_its_valid_tasks,
     an_atomic_batch_with_a_bad_task_enqueues_nothing_and_names_it,
     repeated_numbers_in_a_batch_and_of_existing_tasks_answer_as_single_enqueues,
     a_full_queue_refuses_the_tasks_over_its_maximum,
+    every_enqueue_stores_the_callers_name,
 );
 
 #[test]
