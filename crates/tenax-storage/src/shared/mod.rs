@@ -4,4 +4,5 @@
 //! its own way taken from its [`Dialect`](crate::dialect::Dialect) (and from small
 //! traits of the file's own). Each backend keeps by hand only the statements whose plans
 //! or locking really differ.
+pub(crate) mod actions;
 pub(crate) mod events;
