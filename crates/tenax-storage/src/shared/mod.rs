@@ -6,3 +6,4 @@
 //! or locking really differ.
 pub(crate) mod actions;
 pub(crate) mod events;
+pub(crate) mod prune;
