@@ -7,11 +7,15 @@ use crate::error::Result;
 
 // side_prune_impl, prune_deps, prune_audit.
 crate::shared::prune::prune_statements!(
-    crate::sqlite::SqliteStorage, sqlx::Sqlite,
-    side_prune: side_prune_impl, subquery_limit
+    crate::sqlite::SqliteStorage, sqlx::Sqlite, side_prune: side_prune_impl, subquery_limit
 );
 
 impl SqliteStorage {
+    /// SQLite has no concurrency-key rows.
+    async fn prune_keys(&self, _limit: i64) -> Result<u64> {
+        Ok(0)
+    }
+
     /// Workflows with no task left: one statement under the single writer.
     async fn prune_workflows(&self, limit: i64) -> Result<u64> {
         let mut tx = self.begin().await?;
@@ -27,10 +31,5 @@ impl SqliteStorage {
         .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
         Ok(done.rows_affected())
-    }
-
-    /// SQLite has no concurrency-key rows.
-    async fn prune_keys(&self, _limit: i64) -> Result<u64> {
-        Ok(0)
     }
 }
