@@ -11,8 +11,8 @@
 //!   MariaDB takes no `LIMIT` in such a subquery: it reads the rows first and deletes
 //!   them by list, in its `prune.rs`.
 //! - `keys` (PostgreSQL, MariaDB, which have concurrency keys): the deletes that follow
-//!   the locking of idle workflows and keys, and check again, after the lock, that no
-//!   task needs them. How each locks them first stays in its `prune.rs` (PostgreSQL
+//!   the locking of idle workflows and keys, check again, after the lock, that no task
+//!   needs them, and end the sweep's transaction. How each locks them first stays in its `prune.rs` (PostgreSQL
 //!   locks the candidates it selects, `SKIP LOCKED`; MariaDB selects them with a plain,
 //!   lock-free read first and then locks them by list). SQLite's single writer sweeps
 //!   workflows in one statement, and has no keys.
