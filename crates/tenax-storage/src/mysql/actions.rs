@@ -1,6 +1,7 @@
 //! Operator actions on one task, on MariaDB/MySQL: cancel (a waiting task at once, a
-//! running one by request), retry (a dead task, or a dead compensation), and prune. One
-//! attempt each: `retrying` runs them again after a lock conflict.
+//! running one by request), retry (a dead task, or a dead compensation; written once in
+//! `crate::shared::actions`), and prune. One attempt each: `retrying` runs them again
+//! after a lock conflict.
 use sqlx::{QueryBuilder, Row};
 use tenax_core::{TaskKind, TaskRecord, TaskStatus};
 
@@ -8,10 +9,16 @@ use super::{
     clock, fetch_id, fetch_ref_for_update, map_err, minus, push_list, runtime, MySqlStorage,
     FINISHED,
 };
-use crate::common::refusal;
-use crate::error::{Result, StorageError};
+use crate::error::Result;
+use crate::flow;
 use crate::params::{TaskActionParams, TaskPruneParams};
-use crate::{flow, redrive};
+use crate::shared::actions::cancel_refused;
+
+// retry_once: the task locked first.
+crate::shared::actions::action_statements!(
+    crate::mysql::MySqlStorage, sqlx::MySql,
+    read(tx, task) = fetch_ref_for_update(&mut **tx, task), retry: retry_once
+);
 
 impl MySqlStorage {
     pub(super) async fn cancel_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
@@ -35,15 +42,7 @@ impl MySqlStorage {
                 )
         }) else {
             tx.rollback().await.map_err(map_err)?;
-            if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
-                // The compensated task would wait for it forever.
-                return Err(StorageError::InvalidState {
-                    task: params.task.to_string(),
-                    status: task.status,
-                    action: "cancel a compensation",
-                });
-            }
-            return Err(refusal(&params.task, current, "cancel it"));
+            return Err(cancel_refused(&params.task, current));
         };
         sqlx::query(
             "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?, updated_at = ?
@@ -57,18 +56,6 @@ impl MySqlStorage {
         .map_err(map_err)?;
         let task = fetch_id(&mut tx, task.id).await?;
         let woke = flow::after_finish(&mut *tx, &task, now.and_utc()).await?;
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(task)
-    }
-
-    pub(super) async fn retry_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let current = fetch_ref_for_update(&mut *tx, &params.task).await?;
-        let (task, woke) = redrive::retry(&mut *tx, &params.task, current, now.and_utc()).await??;
         tx.commit().await.map_err(map_err)?;
         if woke {
             self.wake();

@@ -1,29 +1,25 @@
 //! The pruner's side tables on MariaDB/MySQL (see the `prune` module for what goes and
-//! why it cannot race a live task). Each sweep is its own transaction. Candidates are
-//! read first with a plain (consistent, lock-free) read; the workflow and key rows are
-//! then locked (`SKIP LOCKED`) and the delete checks again, after the lock, that no task
-//! needs them. The candidate reads take no locks on `tenax_tasks`, so they never skip a
-//! task another transaction holds.
+//! why it cannot race a live task); what it writes as another backend does is in
+//! `crate::shared::prune`. Each sweep is its own transaction, run again after a lock
+//! conflict. Candidates are read first with a plain (consistent, lock-free) read; the
+//! workflow and key rows are then locked (`SKIP LOCKED`) and the delete checks again,
+//! after the lock, that no task needs them. The candidate reads take no locks on
+//! `tenax_tasks`, so they never skip a task another transaction holds. MariaDB takes no
+//! `LIMIT` in an `IN` subquery: the dependency and audit rows are read, then deleted by
+//! list.
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
-use super::{clock, map_err, minus, push_list, retrying, MySqlStorage};
+use super::{clock, map_err, minus, push_list, MySqlStorage};
 use crate::error::Result;
-use crate::prune::{SidePruneParams, SidePruned, LIVE_SQL};
+use crate::prune::{SidePruneParams, LIVE_SQL};
+
+// side_prune_impl, delete_idle_workflows, delete_idle_keys.
+crate::shared::prune::prune_statements!(
+    crate::mysql::MySqlStorage, sqlx::MySql,
+    side_prune: side_prune_impl, keys
+);
 
 impl MySqlStorage {
-    pub(super) async fn side_prune_impl(&self, params: &SidePruneParams) -> Result<SidePruned> {
-        if params.limit == 0 {
-            return Ok(SidePruned::default());
-        }
-        let limit = i64::from(params.limit);
-        Ok(SidePruned {
-            deps: retrying(|| self.prune_deps(limit)).await?,
-            workflows: retrying(|| self.prune_workflows(limit)).await?,
-            keys: retrying(|| self.prune_keys(limit)).await?,
-            audit: retrying(|| self.prune_audit(params)).await?,
-        })
-    }
-
     /// Dependency rows of dependents that are gone.
     async fn prune_deps(&self, limit: i64) -> Result<u64> {
         let mut tx = self.begin().await?;
@@ -72,19 +68,7 @@ impl MySqlStorage {
             .iter()
             .map(|row| row.try_get::<i64, _>("id").map_err(map_err))
             .collect::<Result<Vec<_>>>()?;
-        if locked.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(0);
-        }
-        let mut qb = QueryBuilder::new("DELETE FROM tenax_workflows WHERE id IN ");
-        push_list(&mut qb, locked.iter().copied());
-        qb.push(
-            " AND NOT EXISTS (SELECT 1 FROM tenax_tasks t
-                              WHERE t.workflow_id = tenax_workflows.id)",
-        );
-        let done = qb.build().execute(&mut *tx).await.map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(done.rows_affected())
+        delete_idle_workflows(tx, &locked).await
     }
 
     /// Concurrency keys with no live task, locked (a claim holding one is skipped), then
@@ -117,20 +101,7 @@ impl MySqlStorage {
                 Ok(String::from_utf8_lossy(&name).into_owned())
             })
             .collect::<Result<Vec<_>>>()?;
-        if locked.is_empty() {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(0);
-        }
-        let mut qb = QueryBuilder::new("DELETE FROM tenax_concurrency_keys WHERE name IN ");
-        push_list(&mut qb, locked.iter().map(String::as_str));
-        qb.push(format!(
-            " AND NOT EXISTS (SELECT 1 FROM tenax_tasks t
-                              WHERE t.status IN {LIVE_SQL}
-                                AND t.concurrency_key = tenax_concurrency_keys.name)"
-        ));
-        let done = qb.build().execute(&mut *tx).await.map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(done.rows_affected())
+        delete_idle_keys(tx, &locked).await
     }
 
     /// Audit entries past the retention, among the oldest `limit`.

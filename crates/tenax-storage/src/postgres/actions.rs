@@ -1,76 +1,27 @@
-//! Operator actions on one task, on PostgreSQL: cancel (a waiting task at once, a running
-//! one by request), retry (a dead task, or a dead compensation), and prune.
-use tenax_core::{TaskKind, TaskRecord, TaskStatus};
+//! Operator actions on one task, on PostgreSQL: cancel (a waiting task at once, a
+//! running one by request) and retry (a dead task, or a dead compensation), written
+//! once in `crate::shared::actions`; and prune. Each within the call timeout.
+use tenax_core::TaskRecord;
 
-use super::rows::{task_from_row, TASK_COLUMNS};
-use super::{clock, fetch_ref, map_err, runtime, written_at, PgStorage, NOW};
-use crate::common::{duration_ms, refusal, split_ref};
-use crate::error::{Result, StorageError};
+use super::{fetch_ref, map_err, runtime, PgStorage, NOW};
+use crate::common::duration_ms;
+use crate::error::Result;
 use crate::params::{TaskActionParams, TaskPruneParams};
-use crate::{flow, redrive};
+
+// cancel_untimed, retry_untimed: the task read plainly, the write's condition deciding.
+crate::shared::actions::action_statements!(
+    crate::postgres::PgStorage, sqlx::Postgres, read(tx, task) = fetch_ref(&mut **tx, task),
+    retry: retry_untimed, cancel: cancel_untimed,
+    request_cancel(tx, id, now) = runtime::request_cancel(tx, Some(now), id)
+);
 
 impl PgStorage {
     pub(super) async fn cancel_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let (by_id, by_no) = split_ref(&params.task);
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}
-                 WHERE (id = $2 OR task_no = $3) AND status IN ('pending', 'retrying', 'blocked')
-                   AND kind = 'execute'
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(by_id)
-            .bind(by_no)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some(row) = row {
-                let task = task_from_row(&row)?;
-                let woke = flow::after_finish(&mut *tx, &task, written_at(&task)).await?;
-                tx.commit().await.map_err(map_err)?;
-                if woke {
-                    self.wake();
-                }
-                return Ok(task);
-            }
-            let current = fetch_ref(&mut *tx, &params.task).await?;
-            if let Some(task) = current.as_ref().filter(|t| {
-                t.kind == TaskKind::Execute && t.status == TaskStatus::Running
-            }) {
-                if runtime::request_cancel(&mut tx, params.now, task.id).await? {
-                    tx.commit().await.map_err(map_err)?;
-                    return Ok(task.clone());
-                }
-            }
-            tx.rollback().await.map_err(map_err)?;
-            if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
-                // The compensated task would wait for it forever.
-                return Err(StorageError::InvalidState {
-                    task: params.task.to_string(),
-                    status: task.status,
-                    action: "cancel a compensation",
-                });
-            }
-            Err(refusal(&params.task, current, "cancel it"))
-        })
-        .await
+        self.timed(self.cancel_untimed(params)).await
     }
 
     pub(super) async fn retry_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let now = clock(&mut tx, params.now).await?;
-            let current = fetch_ref(&mut *tx, &params.task).await?;
-            let (task, woke) = redrive::retry(&mut *tx, &params.task, current, now).await??;
-            tx.commit().await.map_err(map_err)?;
-            if woke {
-                self.wake();
-            }
-            Ok(task)
-        })
-        .await
+        self.timed(self.retry_untimed(params)).await
     }
 
     pub(super) async fn prune_impl(&self, params: &TaskPruneParams) -> Result<u64> {

@@ -1,78 +1,19 @@
 //! Operator actions on one task, on SQLite: cancel (a waiting task at once, a running
-//! one by request), retry (a dead task, or a dead compensation), and prune.
-use tenax_core::{TaskKind, TaskRecord, TaskStatus};
-
-use super::rows::{ms, task_from_row, TASK_COLUMNS};
+//! one by request) and retry (a dead task, or a dead compensation), written once in
+//! `crate::shared::actions`; and prune.
 use super::{clock, fetch_ref, map_err, runtime, SqliteStorage};
-use crate::common::{duration_ms, json_list, refusal, split_ref};
-use crate::error::{Result, StorageError};
-use crate::params::{TaskActionParams, TaskPruneParams};
-use crate::{flow, redrive};
+use crate::common::{duration_ms, json_list};
+use crate::error::Result;
+use crate::params::TaskPruneParams;
+
+// cancel_impl, retry_impl: the task read plainly, the write's condition deciding.
+crate::shared::actions::action_statements!(
+    crate::sqlite::SqliteStorage, sqlx::Sqlite,
+    read(tx, task) = fetch_ref(&mut **tx, task), retry: retry_impl, cancel: cancel_impl,
+    request_cancel(tx, id, now) = runtime::request_cancel(tx, id, now)
+);
 
 impl SqliteStorage {
-    pub(super) async fn cancel_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let (by_id, by_no) = split_ref(&params.task);
-        let row = sqlx::query(&format!(
-            "UPDATE tenax_tasks SET status = 'cancelled', finished_at = ?1, updated_at = ?1
-             WHERE (id = ?2 OR task_no = ?3) AND status IN ('pending', 'retrying', 'blocked')
-               AND kind = 'execute'
-             RETURNING {TASK_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(by_id)
-        .bind(by_no)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => {
-                let task = task_from_row(&row)?;
-                let woke = flow::after_finish(&mut *tx, &task, ms(now)?).await?;
-                tx.commit().await.map_err(map_err)?;
-                if woke {
-                    self.wake();
-                }
-                Ok(task)
-            }
-            None => {
-                let current = fetch_ref(&mut *tx, &params.task).await?;
-                if let Some(task) = current
-                    .as_ref()
-                    .filter(|t| t.kind == TaskKind::Execute && t.status == TaskStatus::Running)
-                {
-                    if runtime::request_cancel(&mut tx, task.id, now).await? {
-                        tx.commit().await.map_err(map_err)?;
-                        return Ok(task.clone());
-                    }
-                }
-                tx.rollback().await.map_err(map_err)?;
-                if let Some(task) = current.as_ref().filter(|t| t.kind == TaskKind::Compensate) {
-                    // The compensated task would wait for it forever.
-                    return Err(StorageError::InvalidState {
-                        task: params.task.to_string(),
-                        status: task.status,
-                        action: "cancel a compensation",
-                    });
-                }
-                Err(refusal(&params.task, current, "cancel it"))
-            }
-        }
-    }
-
-    pub(super) async fn retry_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let current = fetch_ref(&mut *tx, &params.task).await?;
-        let (task, woke) = redrive::retry(&mut *tx, &params.task, current, ms(now)?).await??;
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(task)
-    }
-
     pub(super) async fn prune_impl(&self, params: &TaskPruneParams) -> Result<u64> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
