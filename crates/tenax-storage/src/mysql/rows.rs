@@ -58,7 +58,10 @@ impl Dialect for MySql {
         qb.push("IN ");
         push_list(qb, ids.iter().copied());
     }
-    async fn clock(conn: &mut MySqlConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+    async fn clock(
+        conn: &mut MySqlConnection,
+        now: Option<DateTime<Utc>>,
+    ) -> Result<DateTime<Utc>> {
         match now {
             Some(now) => Ok(now),
             None => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")

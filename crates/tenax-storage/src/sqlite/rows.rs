@@ -52,7 +52,10 @@ impl Dialect for Sqlite {
         }
         qb.push(")");
     }
-    async fn clock(conn: &mut SqliteConnection, now: Option<DateTime<Utc>>) -> Result<DateTime<Utc>> {
+    async fn clock(
+        conn: &mut SqliteConnection,
+        now: Option<DateTime<Utc>>,
+    ) -> Result<DateTime<Utc>> {
         match now {
             Some(now) => Ok(now),
             None => ms(sqlx::query_scalar(NOW_MS)
