@@ -4,4 +4,5 @@
 //! checked against one backend's concrete types), and the few pieces of SQL the
 //! backends spell their own way for that topic; what really differs between the
 //! backends stays in their own files.
+pub(crate) mod alert_state;
 pub(crate) mod rates;
