@@ -5,4 +5,5 @@
 //! backends spell their own way for that topic; what really differs between the
 //! backends stays in their own files.
 pub(crate) mod alert_state;
+pub(crate) mod audit;
 pub(crate) mod rates;
