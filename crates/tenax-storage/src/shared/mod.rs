@@ -6,4 +6,5 @@
 //! backends stays in their own files.
 pub(crate) mod alert_state;
 pub(crate) mod audit;
+pub(crate) mod queues;
 pub(crate) mod rates;
