@@ -6,5 +6,6 @@
 //! backends stays in their own files.
 pub(crate) mod alert_state;
 pub(crate) mod audit;
+pub(crate) mod queue_stats;
 pub(crate) mod queues;
 pub(crate) mod rates;
