@@ -6,7 +6,12 @@
 //! of a file's own; each backend keeps by hand only what really differs there (a plan,
 //! a lock, a list binding, a capability).
 pub(crate) mod actions;
+pub(crate) mod alert_state;
+pub(crate) mod audit;
 pub(crate) mod events;
 pub(crate) mod insert;
 pub(crate) mod prune;
+pub(crate) mod queue_stats;
+pub(crate) mod queues;
+pub(crate) mod rates;
 pub(crate) mod tasks;
