@@ -4,4 +4,5 @@
 //! against one backend's concrete types, and what a backend spells its own way comes
 //! from its [`Dialect`](crate::dialect::Dialect) or from a small trait of the topic's
 //! file.
+pub(crate) mod outbox;
 pub(crate) mod schedules;
