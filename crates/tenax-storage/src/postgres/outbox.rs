@@ -1,38 +1,15 @@
-//! The outbox of outbound deliveries on PostgreSQL (see [`crate::outbox`]).
-use sqlx::postgres::PgRow;
-use sqlx::Row;
-use tenax_core::TaskId;
-
+//! The outbox of outbound deliveries on PostgreSQL (see [`crate::outbox`]): the
+//! statements are [`crate::shared::outbox`]'s, but for the claim and the settle, each one
+//! statement here (with the clock inside it: the caller's override, else `now()`).
 use super::{map_err, PgStorage, NOW};
 use crate::common::duration_ms;
-use crate::error::{Result, StorageError};
+use crate::error::Result;
 use crate::outbox::{
-    settle_parts, stat_from, unsent_error, validate_claim, validate_list, validate_settle,
-    OutboxClaimParams, OutboxKind, OutboxListParams, OutboxPruneParams, OutboxRecord,
-    OutboxSendersParams, OutboxSettleParams, OutboxStat, OutboxStatsParams, OutboxStatus,
+    settle_parts, validate_claim, validate_settle, OutboxClaimParams, OutboxRecord,
+    OutboxSettleParams, OutboxStatus,
 };
 
-const COLUMNS: &str = "id, delivery_id, kind, task_id, url, body, status, attempts, \
-     next_attempt_at, last_error, created_at, settled_at";
-
-fn record_from_row(row: &PgRow) -> Result<OutboxRecord> {
-    let attempts: i32 = row.try_get("attempts").map_err(map_err)?;
-    Ok(OutboxRecord {
-        id: row.try_get("id").map_err(map_err)?,
-        delivery_id: row.try_get("delivery_id").map_err(map_err)?,
-        kind: OutboxKind::parse(row.try_get("kind").map_err(map_err)?)?,
-        task_id: TaskId(row.try_get("task_id").map_err(map_err)?),
-        url: row.try_get("url").map_err(map_err)?,
-        body: row.try_get("body").map_err(map_err)?,
-        status: OutboxStatus::parse(row.try_get("status").map_err(map_err)?)?,
-        attempts: u32::try_from(attempts)
-            .map_err(|_| StorageError::Corrupt(format!("outbox attempts = {attempts}")))?,
-        next_attempt_at: row.try_get("next_attempt_at").map_err(map_err)?,
-        last_error: row.try_get("last_error").map_err(map_err)?,
-        created_at: row.try_get("created_at").map_err(map_err)?,
-        settled_at: row.try_get("settled_at").map_err(map_err)?,
-    })
-}
+crate::shared::outbox::outbox_statements!(crate::postgres::PgStorage, sqlx::Postgres);
 
 impl PgStorage {
     pub(super) async fn outbox_claim_impl(
@@ -62,7 +39,7 @@ impl PgStorage {
         .map_err(map_err)?;
         let mut records = rows
             .iter()
-            .map(record_from_row)
+            .map(shared::record_from_row)
             .collect::<Result<Vec<_>>>()?;
         records.sort_by_key(|r| r.id);
         Ok(records)
@@ -108,112 +85,5 @@ impl PgStorage {
         .await
         .map_err(map_err)?;
         Ok(done.rows_affected())
-    }
-
-    pub(super) async fn outbox_list_impl(
-        &self,
-        params: &OutboxListParams,
-    ) -> Result<Vec<OutboxRecord>> {
-        validate_list(params)?;
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM tenax_outbox
-             WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR status = $2)
-               AND ($3::int8 IS NULL OR task_id = $3)
-             ORDER BY id LIMIT $4"
-        ))
-        .bind(params.kind.map(OutboxKind::as_str))
-        .bind(params.status.map(OutboxStatus::as_str))
-        .bind(params.task_id.map(|t| t.0))
-        .bind(i64::from(params.limit))
-        .fetch_all(self.pool())
-        .await
-        .map_err(map_err)?;
-        rows.iter().map(record_from_row).collect()
-    }
-
-    pub(super) async fn outbox_senders_seen_impl(
-        &self,
-        params: &OutboxSendersParams,
-    ) -> Result<()> {
-        // One row per kind: `ON CONFLICT` cannot change a row twice in one statement.
-        let mut kinds: Vec<&str> = params.kinds.iter().map(|k| k.as_str()).collect();
-        kinds.sort_unstable();
-        kinds.dedup();
-        sqlx::query(&format!(
-            "INSERT INTO tenax_outbox_senders (kind, seen_at)
-             SELECT kind, {NOW} FROM unnest($2::text[]) AS kind
-             ON CONFLICT (kind) DO UPDATE SET seen_at = EXCLUDED.seen_at"
-        ))
-        .bind(params.now)
-        .bind(&kinds)
-        .execute(self.pool())
-        .await
-        .map_err(map_err)?;
-        Ok(())
-    }
-
-    pub(super) async fn outbox_prune_impl(&self, params: &OutboxPruneParams) -> Result<u64> {
-        let mut tx = self.begin().await?;
-        sqlx::query(&format!(
-            "DELETE FROM tenax_outbox_senders
-             WHERE seen_at < {NOW} - $2::float8 * interval '1 millisecond'"
-        ))
-        .bind(params.now)
-        .bind(duration_ms(params.sender_grace) as f64)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let expired = sqlx::query(&format!(
-            "UPDATE tenax_outbox SET status = 'expired', settled_at = {NOW}, last_error = $3
-             WHERE status = 'pending'
-               AND created_at < {NOW} - $2::float8 * interval '1 millisecond'
-               AND kind NOT IN (SELECT kind FROM tenax_outbox_senders)"
-        ))
-        .bind(params.now)
-        .bind(duration_ms(params.sender_grace) as f64)
-        .bind(unsent_error(params.sender_grace))
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let done = sqlx::query(&format!(
-            "DELETE FROM tenax_outbox
-             WHERE (status <> 'pending'
-                    AND settled_at < {NOW} - $2::float8 * interval '1 millisecond')
-                OR (status = 'pending'
-                    AND created_at < {NOW} - $2::float8 * interval '1 millisecond')"
-        ))
-        .bind(params.now)
-        .bind(duration_ms(params.older_than) as f64)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(expired.rows_affected() + done.rows_affected())
-    }
-
-    pub(super) async fn outbox_stats_impl(
-        &self,
-        params: &OutboxStatsParams,
-    ) -> Result<Vec<OutboxStat>> {
-        let rows = sqlx::query(&format!(
-            "SELECT kind, count(*) AS pending,
-                    (EXTRACT(EPOCH FROM ({NOW} - min(created_at))) * 1000)::int8 AS oldest_ms
-             FROM tenax_outbox
-             WHERE status = 'pending' AND kind IN (SELECT kind FROM tenax_outbox_senders)
-             GROUP BY kind ORDER BY kind"
-        ))
-        .bind(params.now)
-        .fetch_all(self.pool())
-        .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|row| {
-                stat_from(
-                    row.try_get("kind").map_err(map_err)?,
-                    row.try_get("pending").map_err(map_err)?,
-                    row.try_get("oldest_ms").map_err(map_err)?,
-                )
-            })
-            .collect()
     }
 }
