@@ -4,9 +4,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use tenax::storage::{
-    WorkflowDetail, WorkflowInsertParams, WorkflowKind, WorkflowListParams, WorkflowPolicy,
-    WorkflowRecord, WorkflowTaskParams,
+    WorkflowDetail, WorkflowKind, WorkflowListParams, WorkflowPolicy, WorkflowRecord,
 };
+
+use tenax::Workflow;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -102,7 +103,11 @@ pub(crate) async fn create(
         ))
         .field("tasks"));
     }
-    let mut tasks = Vec::with_capacity(req.tasks.len());
+    let mut flow = match kind {
+        WorkflowKind::Saga => Workflow::saga(req.name),
+        WorkflowKind::Dag => Workflow::new(req.name),
+    }
+    .policy(policy);
     let mut previous: Option<String> = None;
     for (index, item) in req.tasks.into_iter().enumerate() {
         let after = match kind {
@@ -118,24 +123,13 @@ pub(crate) async fn create(
         };
         previous = Some(item.key.clone());
         // The enqueue body sits under `task` in each item.
-        let task = enqueue_of(&state, item.task, caller.enqueuer(&state))
-            .and_then(|task| Ok(task.into_params()?))
-            .map_err(|e| e.within("task").at(&format!("tasks[{index}]")))?;
-        check_pressure(&state, &task).await?;
-        tasks.push(WorkflowTaskParams {
-            key: item.key,
-            task,
-            after,
-        });
+        let at = |e: ApiError| e.within("task").at(&format!("tasks[{index}]"));
+        let mut task = enqueue_of(&state, item.task, caller.enqueuer(&state)).map_err(at)?;
+        let params = task.params().map_err(|e| at(e.into()))?;
+        check_pressure(&state, params).await?;
+        flow = flow.task(item.key, task).after(after);
     }
-    let params = WorkflowInsertParams {
-        name: req.name,
-        kind,
-        policy,
-        tasks,
-        now: None,
-    };
-    let detail = state.db(state.storage().workflow_insert(&params)).await?;
+    let detail = state.db(state.client().enqueue_workflow(flow)).await?;
     for t in &detail.tasks {
         state.inner.pending.bump(&t.task.queue);
     }
