@@ -91,6 +91,45 @@ pub(crate) trait Dialect: sqlx::Database {
     }
 }
 
+/// [`Dialect::read_time`] and [`Dialect::read_opt_time`] for a backend whose driver
+/// decodes its time columns as `DateTime<Utc>` (PostgreSQL's `timestamptz`, MariaDB's
+/// `DATETIME(6)` on a UTC session).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! decoded_times {
+    () => {
+        fn read_time(
+            row: &Self::Row,
+            column: &str,
+        ) -> $crate::error::Result<chrono::DateTime<chrono::Utc>> {
+            sqlx::Row::try_get(row, column).map_err(Self::map_err)
+        }
+        fn read_opt_time(
+            row: &Self::Row,
+            column: &str,
+        ) -> $crate::error::Result<Option<chrono::DateTime<chrono::Utc>>> {
+            sqlx::Row::try_get(row, column).map_err(Self::map_err)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use decoded_times;
+
+/// [`Dialect::text`] and [`Dialect::opt_text`] for a backend whose driver decodes its
+/// text columns as `String` (SQLite's `TEXT`, PostgreSQL's `text`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! decoded_text {
+    () => {
+        fn text(row: &Self::Row, column: &str) -> $crate::error::Result<String> {
+            sqlx::Row::try_get(row, column).map_err(Self::map_err)
+        }
+        fn opt_text(row: &Self::Row, column: &str) -> $crate::error::Result<Option<String>> {
+            sqlx::Row::try_get(row, column).map_err(Self::map_err)
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use decoded_text;
+
 /// How many times [`retrying`] runs a transaction again after a lock conflict.
 pub(crate) const LOCK_CONFLICT_RETRIES: u32 = 5;
 

@@ -39,12 +39,7 @@ impl Dialect for MySql {
     fn map_err(err: sqlx::Error) -> StorageError {
         map_err(err)
     }
-    fn read_time(row: &MySqlRow, column: &str) -> Result<DateTime<Utc>> {
-        row.try_get(column).map_err(map_err)
-    }
-    fn read_opt_time(row: &MySqlRow, column: &str) -> Result<Option<DateTime<Utc>>> {
-        row.try_get(column).map_err(map_err)
-    }
+    crate::dialect::decoded_times!();
     fn text(row: &MySqlRow, column: &str) -> Result<String> {
         text(row, column)
     }

@@ -30,18 +30,8 @@ impl Dialect for Postgres {
     fn map_err(err: sqlx::Error) -> StorageError {
         map_err(err)
     }
-    fn read_time(row: &PgRow, column: &str) -> Result<DateTime<Utc>> {
-        row.try_get(column).map_err(map_err)
-    }
-    fn read_opt_time(row: &PgRow, column: &str) -> Result<Option<DateTime<Utc>>> {
-        row.try_get(column).map_err(map_err)
-    }
-    fn text(row: &PgRow, column: &str) -> Result<String> {
-        row.try_get(column).map_err(map_err)
-    }
-    fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>> {
-        row.try_get(column).map_err(map_err)
-    }
+    crate::dialect::decoded_times!();
+    crate::dialect::decoded_text!();
     fn task_from_row(row: &PgRow) -> Result<TaskRecord> {
         task_from_row(row)
     }

@@ -35,12 +35,7 @@ impl Dialect for Sqlite {
     fn read_opt_time(row: &SqliteRow, column: &str) -> Result<Option<DateTime<Utc>>> {
         opt_ms(row.try_get(column).map_err(map_err)?)
     }
-    fn text(row: &SqliteRow, column: &str) -> Result<String> {
-        row.try_get(column).map_err(map_err)
-    }
-    fn opt_text(row: &SqliteRow, column: &str) -> Result<Option<String>> {
-        row.try_get(column).map_err(map_err)
-    }
+    crate::dialect::decoded_text!();
     fn task_from_row(row: &SqliteRow) -> Result<TaskRecord> {
         task_from_row(row)
     }
