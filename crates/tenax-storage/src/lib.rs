@@ -47,6 +47,8 @@ mod queue_stats;
 mod rates;
 mod redrive;
 mod schedules;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod shared;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "testing")]
