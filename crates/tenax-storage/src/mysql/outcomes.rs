@@ -11,33 +11,15 @@ use super::{
     clock, fetch_id, fetch_ids, fetch_ref_for_update, map_err, plus, push_list, runtime, storable,
     DbTime, MySqlStorage,
 };
+use crate::common::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::flow::{self, FailPlan};
 use crate::params::{
     BatchCompletion, Lease, ReapedTask, TaskCompleteParams, TaskFailParams, TaskReapParams, TaskRef,
 };
+use crate::shared::outcomes::verdicts;
 
-async fn close_attempt(
-    tx: &mut Transaction<'static, MySql>,
-    lease: Lease,
-    outcome: AttemptOutcome,
-    error: Option<&str>,
-    now: DbTime,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE tenax_attempts SET finished_at = ?, outcome = ?, error = ?
-         WHERE task_id = ? AND epoch = ? AND outcome = 'running'",
-    )
-    .bind(now)
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(lease.id.0)
-    .bind(lease.epoch)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
+crate::shared::outcomes::outcomes_statements!(clocked sqlx::MySql, crate::mysql::MySqlStorage);
 
 /// Complete one leased task inside `tx` at `now`, as
 /// [`Storage::task_complete_if_leased`](crate::Storage::task_complete_if_leased) does:
@@ -85,20 +67,6 @@ pub(super) async fn lock_leased(
 }
 
 impl MySqlStorage {
-    pub(super) async fn complete_once(&self, params: &TaskCompleteParams) -> Result<bool> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let Some(woke) = complete_in(&mut tx, params, now).await? else {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        };
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(true)
-    }
-
     /// One attempt at
     /// [`Storage::task_complete_many_if_leased`](crate::Storage::task_complete_many_if_leased):
     /// lock the batch's running tasks in one statement, complete the plain ones (no
@@ -193,22 +161,7 @@ impl MySqlStorage {
             qb.build().execute(&mut *tx).await.map_err(map_err)?;
         }
         tx.commit().await.map_err(map_err)?;
-        Ok(params
-            .iter()
-            .zip(repeated)
-            .map(|(p, repeated)| {
-                let lease = (p.lease.id.0, p.lease.epoch);
-                if *repeated {
-                    BatchCompletion::Lost
-                } else if plain_leases.contains(&lease) {
-                    BatchCompletion::Landed
-                } else if held.contains(&lease) {
-                    BatchCompletion::Alone
-                } else {
-                    BatchCompletion::Lost
-                }
-            })
-            .collect())
+        Ok(verdicts(params, repeated, &plain_leases, &held))
     }
 
     pub(super) async fn fail_once(&self, params: &TaskFailParams, error: &str) -> Result<bool> {
@@ -253,32 +206,21 @@ impl MySqlStorage {
             tx.rollback().await.map_err(map_err)?;
             return Ok(false);
         }
-        let outcome = if dead {
-            AttemptOutcome::Dead
+        // A finished task is read back for what follows it; a retry moves nothing.
+        let task = if status.is_finished() {
+            fetch_id(&mut tx, task.id).await?
         } else {
-            AttemptOutcome::Failed
+            TaskRecord { status, ..task }
         };
-        close_attempt(&mut tx, params.lease, outcome, Some(error), now).await?;
-        if status.is_finished() {
-            let task = fetch_id(&mut tx, task.id).await?;
-            flow::ended(&mut *tx, &task, now.and_utc()).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        self.wake();
-        Ok(true)
+        let due_now = duration_ms(plan.delay) == 0;
+        self.failed(tx, params.lease, &task, error, now, due_now)
+            .await
     }
 
     pub(super) async fn reap_once(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let beyond = match params.expires_beyond {
-            Some(_) => {
-                let statement_now = clock(&mut tx, None).await?.and_utc();
-                crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
-                    .map(storable)
-            }
-            None => None,
-        };
+        let beyond = reap_beyond_at(&mut tx, params).await?;
         // SKIP LOCKED: a task whose worker is writing its outcome right now is left to
         // that worker.
         let ids: Vec<i64> = sqlx::query_scalar(
@@ -337,31 +279,6 @@ impl MySqlStorage {
                 )
             })
             .collect();
-        for task in &tasks {
-            let lease = Lease {
-                id: task.id,
-                epoch: task.lease_epoch,
-            };
-            close_attempt(
-                &mut tx,
-                lease,
-                AttemptOutcome::LeaseExpired,
-                task.last_error.as_deref(),
-                now,
-            )
-            .await?;
-            flow::ended(&mut *tx, task, now.and_utc()).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        if !tasks.is_empty() {
-            self.wake();
-        }
-        Ok(tasks
-            .into_iter()
-            .map(|t| ReapedTask {
-                id: t.id,
-                status: t.status,
-            })
-            .collect())
+        self.reaped(tx, tasks, now).await
     }
 }

@@ -1,36 +1,14 @@
 //! Runtime support on MariaDB/MySQL: lease renewal (the heartbeat's statement), the next
 //! run time a worker arms its timer for, the due backlog of queues, and cancel requests
 //! for running tasks.
-use chrono::{DateTime, Utc};
 use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 use tenax_core::{TaskId, TaskStatus};
 
 use super::{clock, datetime_range, map_err, plus, push_list, storable, DbTime, MySqlStorage};
 use crate::error::Result;
-use crate::params::{
-    CancelRequestedParams, Lease, LeaseExtendParams, NextRun, QueueBacklog, QueueBacklogParams,
-    TaskNextRunParams,
-};
+use crate::params::{CancelRequestedParams, Lease, LeaseExtendParams, NextRun, TaskNextRunParams};
 
-/// Record a cancel request on a running task (the first request's time is kept).
-pub(super) async fn request_cancel(
-    tx: &mut Transaction<'static, MySql>,
-    id: TaskId,
-    now: DbTime,
-) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE tenax_tasks
-         SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
-         WHERE id = ? AND status = 'running' AND kind = 'execute'",
-    )
-    .bind(now)
-    .bind(now)
-    .bind(id.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(done.rows_affected() == 1)
-}
+crate::shared::runtime::runtime_statements!(clocked sqlx::MySql, request_cancel);
 
 /// Whether a cancel was requested for a task (locked by the caller's transaction).
 pub(super) async fn cancel_is_requested(
@@ -44,10 +22,6 @@ pub(super) async fn cancel_is_requested(
             .await
             .map_err(map_err)?;
     Ok(requested.unwrap_or(false))
-}
-
-fn now_or_clock(now: Option<DateTime<Utc>>) -> Option<DbTime> {
-    now.map(storable)
 }
 
 pub(super) async fn next_run_at(
@@ -100,31 +74,6 @@ pub(super) async fn next_run_at(
     }))
 }
 
-pub(super) async fn queue_backlog(
-    pool: &MySqlPool,
-    params: &QueueBacklogParams,
-) -> Result<Vec<QueueBacklog>> {
-    let mut backlog = Vec::with_capacity(params.queues.len());
-    for queue in &params.queues {
-        let (due, oldest): (i64, Option<DbTime>) = sqlx::query_as(
-            "SELECT COUNT(*), MIN(run_at) FROM tenax_tasks
-             WHERE status IN ('pending', 'retrying') AND queue = ?
-               AND run_at <= COALESCE(?, UTC_TIMESTAMP(6))",
-        )
-        .bind(queue)
-        .bind(now_or_clock(params.now))
-        .fetch_one(pool)
-        .await
-        .map_err(map_err)?;
-        backlog.push(QueueBacklog {
-            queue: queue.clone(),
-            due: u64::try_from(due).unwrap_or(0),
-            oldest_due_at: oldest.map(|t| t.and_utc()),
-        });
-    }
-    Ok(backlog)
-}
-
 pub(super) async fn cancel_requested(
     pool: &MySqlPool,
     params: &CancelRequestedParams,
@@ -142,14 +91,9 @@ pub(super) async fn cancel_requested(
     }
     qb.push(")");
     let rows: Vec<(i64, i64)> = qb.build_query_as().fetch_all(pool).await.map_err(map_err)?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, epoch)| Lease {
-            id: TaskId(id),
-            epoch,
-        })
-        .filter(|lease| params.leases.contains(lease))
-        .collect())
+    let mut requested = crate::shared::runtime::leases(rows);
+    requested.retain(|lease| params.leases.contains(lease));
+    Ok(requested)
 }
 
 pub(super) async fn due_count(

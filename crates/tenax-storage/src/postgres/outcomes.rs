@@ -6,38 +6,29 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Postgres, Row, Transaction};
-use tenax_core::{AttemptOutcome, TaskKind, TaskStatus};
+use sqlx::{PgConnection, Postgres, Row, Transaction};
+use tenax_core::{AttemptOutcome, TaskKind};
 
 use super::rows::{task_from_row, TASK_COLUMNS};
-use super::{map_err, notify, written_at, PgStorage, NOW};
+use super::{map_err, written_at, PgStorage, NOW};
 use crate::common::{duration_ms, truncate_error};
 use crate::error::Result;
 use crate::flow::{self, FailPlan};
 use crate::params::{
-    BatchCompletion, Lease, ReapedTask, TaskCompleteParams, TaskFailParams, TaskReapParams,
+    BatchCompletion, ReapedTask, TaskCompleteParams, TaskFailParams, TaskReapParams,
 };
+use crate::shared::outcomes::{first_named, verdicts, Stamp};
 
-async fn close_attempt(
-    tx: &mut Transaction<'static, Postgres>,
-    now: Option<DateTime<Utc>>,
-    lease: Lease,
-    outcome: AttemptOutcome,
-    error: Option<&str>,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "UPDATE tenax_attempts SET finished_at = {NOW}, outcome = $2, error = $3
-         WHERE task_id = $4 AND epoch = $5 AND outcome = 'running'"
-    ))
-    .bind(now)
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(lease.id.0)
-    .bind(lease.epoch)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
+crate::shared::outcomes::outcomes_statements!(sqlx::Postgres, crate::postgres::PgStorage);
+
+/// PostgreSQL's statements write the caller's override, else the transaction's start
+/// (`now()`), inline: no round trip reads the clock.
+impl Stamp for Postgres {
+    type At = Option<DateTime<Utc>>;
+    const AT: &'static str = "COALESCE(?::timestamptz, now())";
+    async fn at(_: &mut PgConnection, now: Option<DateTime<Utc>>) -> Result<Self::At> {
+        Ok(now)
+    }
 }
 
 /// Complete one leased task inside `tx`, as
@@ -69,10 +60,10 @@ pub(super) async fn complete_in(
     let workflow: Option<i64> = row.try_get("workflow_id").map_err(map_err)?;
     close_attempt(
         tx,
-        params.now,
         params.lease,
         AttemptOutcome::Succeeded,
         None,
+        params.now,
     )
     .await?;
     // Only a workflow's tasks (and compensations, which may belong to a saga) move
@@ -206,20 +197,8 @@ impl PgStorage {
                 return Ok(false);
             };
             let task = task_from_row(&row)?;
-            let dead = task.status == TaskStatus::Dead;
-            let outcome = if dead {
-                AttemptOutcome::Dead
-            } else {
-                AttemptOutcome::Failed
-            };
-            close_attempt(&mut tx, params.now, params.lease, outcome, Some(&error)).await?;
-            if delay_ms == 0 && task.status == TaskStatus::Retrying {
-                notify(&mut tx, &task.queue).await?;
-            }
-            flow::ended(&mut *tx, &task, written_at(&task)).await?;
-            tx.commit().await.map_err(map_err)?;
-            self.wake();
-            Ok(true)
+            self.failed(tx, params.lease, &task, &error, params.now, delay_ms == 0)
+                .await
         })
         .await
     }
@@ -266,35 +245,7 @@ impl PgStorage {
             .await
             .map_err(map_err)?;
             let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-            for task in &tasks {
-                let lease = Lease {
-                    id: task.id,
-                    epoch: task.lease_epoch,
-                };
-                close_attempt(
-                    &mut tx,
-                    params.now,
-                    lease,
-                    AttemptOutcome::LeaseExpired,
-                    task.last_error.as_deref(),
-                )
-                .await?;
-                if task.status != TaskStatus::Dead {
-                    notify(&mut tx, &task.queue).await?;
-                }
-                flow::ended(&mut *tx, task, written_at(task)).await?;
-            }
-            tx.commit().await.map_err(map_err)?;
-            if !tasks.is_empty() {
-                self.wake();
-            }
-            Ok(tasks
-                .into_iter()
-                .map(|t| ReapedTask {
-                    id: t.id,
-                    status: t.status,
-                })
-                .collect())
+            self.reaped(tx, tasks, params.now).await
         })
         .await
     }
@@ -308,12 +259,7 @@ impl PgStorage {
             return Ok(Vec::new());
         }
         let repeated = crate::common::repeated_leases(params);
-        let first: Vec<&TaskCompleteParams> = params
-            .iter()
-            .zip(&repeated)
-            .filter(|(_, repeated)| !**repeated)
-            .map(|(p, _)| p)
-            .collect();
+        let first = first_named(params, &repeated);
         self.timed(async {
             let mut tx = self.begin().await?;
             let landed: HashSet<(i64, i64)> = complete_plain_in(&mut tx, &first)
@@ -333,22 +279,7 @@ impl PgStorage {
                 held_leases(&mut tx, &missed).await?.into_iter().collect()
             };
             tx.commit().await.map_err(map_err)?;
-            Ok(params
-                .iter()
-                .zip(&repeated)
-                .map(|(p, repeated)| {
-                    let lease = (p.lease.id.0, p.lease.epoch);
-                    if *repeated {
-                        BatchCompletion::Lost
-                    } else if landed.contains(&lease) {
-                        BatchCompletion::Landed
-                    } else if alone.contains(&lease) {
-                        BatchCompletion::Alone
-                    } else {
-                        BatchCompletion::Lost
-                    }
-                })
-                .collect())
+            Ok(verdicts(params, &repeated, &landed, &alone))
         })
         .await
     }

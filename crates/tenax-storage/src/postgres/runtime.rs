@@ -12,24 +12,18 @@ use crate::params::{
     CancelRequestedParams, Lease, LeaseExtendParams, NextRun, QueueBacklog, QueueBacklogParams,
     TaskNextRunParams,
 };
+use crate::shared::runtime::leases;
 
-/// Record a cancel request on a running task (the first request's time is kept).
+crate::shared::runtime::runtime_statements!(sqlx::Postgres, cancel_request);
+
+/// Record a cancel request on a running task (the first request's time is kept), at
+/// the caller's override or the transaction's start.
 pub(super) async fn request_cancel(
     tx: &mut Transaction<'static, Postgres>,
     now: Option<DateTime<Utc>>,
     id: TaskId,
 ) -> Result<bool> {
-    let done = sqlx::query(&format!(
-        "UPDATE tenax_tasks
-         SET cancel_requested_at = COALESCE(cancel_requested_at, {NOW}), updated_at = {NOW}
-         WHERE id = $2 AND status = 'running' AND kind = 'execute'"
-    ))
-    .bind(now)
-    .bind(id.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(done.rows_affected() == 1)
+    cancel_request(tx, id, now).await
 }
 
 pub(super) async fn next_run_at(
@@ -119,13 +113,7 @@ pub(super) async fn cancel_requested(
     .fetch_all(pool)
     .await
     .map_err(map_err)?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, epoch)| Lease {
-            id: TaskId(id),
-            epoch,
-        })
-        .collect())
+    Ok(leases(rows))
 }
 
 pub(super) async fn due_count(
@@ -174,11 +162,5 @@ pub(super) async fn lease_extend(pool: &PgPool, params: &LeaseExtendParams) -> R
     .fetch_all(pool)
     .await
     .map_err(map_err)?;
-    Ok(renewed
-        .into_iter()
-        .map(|(id, epoch)| Lease {
-            id: TaskId(id),
-            epoch,
-        })
-        .collect())
+    Ok(leases(renewed))
 }

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use sqlx::{Sqlite, Transaction};
-use tenax_core::{AttemptOutcome, TaskStatus};
+use tenax_core::AttemptOutcome;
 
 use super::rows::{ms, task_from_row, TASK_COLUMNS};
 use super::{clock, map_err, SqliteStorage};
@@ -14,8 +14,11 @@ use crate::common::{duration_ms, json_list, truncate_error};
 use crate::error::Result;
 use crate::flow::{self, FailPlan};
 use crate::params::{
-    BatchCompletion, Lease, ReapedTask, TaskCompleteParams, TaskFailParams, TaskReapParams,
+    BatchCompletion, ReapedTask, TaskCompleteParams, TaskFailParams, TaskReapParams,
 };
+use crate::shared::outcomes::first_named;
+
+crate::shared::outcomes::outcomes_statements!(clocked sqlx::Sqlite, crate::sqlite::SqliteStorage);
 
 /// Complete one leased task inside `tx` at `now`, as
 /// [`Storage::task_complete_if_leased`](crate::Storage::task_complete_if_leased) does:
@@ -101,41 +104,9 @@ async fn complete_plain_in(
     Ok(rows.into_iter().map(|(id, epoch, _)| (id, epoch)).collect())
 }
 
-async fn close_attempt(
-    tx: &mut Transaction<'static, Sqlite>,
-    lease: Lease,
-    outcome: AttemptOutcome,
-    error: Option<&str>,
-    now: i64,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE tenax_attempts SET finished_at = ?, outcome = ?, error = ?
-         WHERE task_id = ? AND epoch = ? AND outcome = 'running'",
-    )
-    .bind(now)
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(lease.id.0)
-    .bind(lease.epoch)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
-}
-
 impl SqliteStorage {
     pub(super) async fn complete_impl(&self, params: &TaskCompleteParams) -> Result<bool> {
-        let mut tx = self.begin().await?;
-        let now = clock(&mut tx, params.now).await?;
-        let Some(woke) = complete_in(&mut tx, params, now).await? else {
-            tx.rollback().await.map_err(map_err)?;
-            return Ok(false);
-        };
-        tx.commit().await.map_err(map_err)?;
-        if woke {
-            self.wake();
-        }
-        Ok(true)
+        self.complete_once(params).await
     }
 
     pub(super) async fn fail_impl(&self, params: &TaskFailParams) -> Result<bool> {
@@ -178,31 +149,15 @@ impl SqliteStorage {
             return Ok(false);
         };
         let task = task_from_row(&row)?;
-        let dead = task.status == TaskStatus::Dead;
-        let outcome = if dead {
-            AttemptOutcome::Dead
-        } else {
-            AttemptOutcome::Failed
-        };
-        close_attempt(&mut tx, params.lease, outcome, Some(&error), now).await?;
-        flow::ended(&mut *tx, &task, ms(now)?).await?;
-        tx.commit().await.map_err(map_err)?;
-        self.wake();
-        Ok(true)
+        let due_now = duration_ms(plan.delay) == 0;
+        self.failed(tx, params.lease, &task, &error, now, due_now)
+            .await
     }
 
     pub(super) async fn reap_impl(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
-        let beyond = match params.expires_beyond {
-            Some(_) => {
-                let statement_now = clock(&mut tx, None).await?;
-                let statement_now =
-                    chrono::DateTime::from_timestamp_millis(statement_now).unwrap_or_default();
-                crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
-            }
-            None => None,
-        };
+        let beyond = reap_beyond_at(&mut tx, params).await?;
         // The expiry is checked again in the UPDATE's own WHERE: the reaper never acts
         // on a row it read earlier, so a completion that commits first always wins.
         let rows = sqlx::query(&format!(
@@ -225,37 +180,12 @@ impl SqliteStorage {
         ))
         .bind(now)
         .bind(i64::from(params.limit))
-        .bind(beyond.map(|t| t.timestamp_millis()))
+        .bind(beyond)
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
         let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-        for task in &tasks {
-            let lease = Lease {
-                id: task.id,
-                epoch: task.lease_epoch,
-            };
-            close_attempt(
-                &mut tx,
-                lease,
-                AttemptOutcome::LeaseExpired,
-                task.last_error.as_deref(),
-                now,
-            )
-            .await?;
-            flow::ended(&mut *tx, task, ms(now)?).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        if !tasks.is_empty() {
-            self.wake();
-        }
-        Ok(tasks
-            .into_iter()
-            .map(|t| ReapedTask {
-                id: t.id,
-                status: t.status,
-            })
-            .collect())
+        self.reaped(tx, tasks, now).await
     }
 
     pub(super) async fn complete_many_impl(
@@ -274,12 +204,7 @@ impl SqliteStorage {
         let mut tx = self.begin().await?;
         let db_now = clock(&mut tx, None).await?;
         let at = |item: &TaskCompleteParams| item.now.map_or(db_now, |at| at.timestamp_millis());
-        let first: Vec<&TaskCompleteParams> = params
-            .iter()
-            .zip(&repeated)
-            .filter(|(_, repeated)| !**repeated)
-            .map(|(item, _)| item)
-            .collect();
+        let first = first_named(params, &repeated);
         let plain = complete_plain_in(&mut tx, &first, at).await?;
         let mut landed = Vec::with_capacity(params.len());
         let mut woke = false;

@@ -1,33 +1,14 @@
 //! Runtime support on SQLite: the next run time a worker arms its timer for, the due
 //! backlog of queues, and cancel requests for running tasks.
-use sqlx::{Sqlite, SqlitePool, Transaction};
-use tenax_core::TaskId;
+use sqlx::SqlitePool;
 
 use super::{clock_now, map_err, rows::ms};
 use crate::common::{duration_ms, json_list};
 use crate::error::Result;
-use crate::params::{
-    CancelRequestedParams, Lease, NextRun, QueueBacklog, QueueBacklogParams, TaskNextRunParams,
-};
+use crate::params::{CancelRequestedParams, Lease, NextRun, TaskNextRunParams};
+use crate::shared::runtime::leases;
 
-/// Record a cancel request on a running task (the first request's time is kept).
-pub(super) async fn request_cancel(
-    tx: &mut Transaction<'static, Sqlite>,
-    id: TaskId,
-    now: i64,
-) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE tenax_tasks
-         SET cancel_requested_at = COALESCE(cancel_requested_at, ?1), updated_at = ?1
-         WHERE id = ?2 AND status = 'running' AND kind = 'execute'",
-    )
-    .bind(now)
-    .bind(id.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(done.rows_affected() == 1)
-}
+crate::shared::runtime::runtime_statements!(clocked sqlx::Sqlite, request_cancel);
 
 pub(super) async fn next_run_at(
     pool: &SqlitePool,
@@ -63,31 +44,6 @@ pub(super) async fn next_run_at(
     })
 }
 
-pub(super) async fn queue_backlog(
-    pool: &SqlitePool,
-    params: &QueueBacklogParams,
-) -> Result<Vec<QueueBacklog>> {
-    let now = clock_now(pool, params.now).await?;
-    let mut backlog = Vec::with_capacity(params.queues.len());
-    for queue in &params.queues {
-        let (due, oldest): (i64, Option<i64>) = sqlx::query_as(
-            "SELECT COUNT(*), MIN(run_at) FROM tenax_tasks
-             WHERE queue = ?1 AND status IN ('pending', 'retrying') AND run_at <= ?2",
-        )
-        .bind(queue)
-        .bind(now)
-        .fetch_one(pool)
-        .await
-        .map_err(map_err)?;
-        backlog.push(QueueBacklog {
-            queue: queue.clone(),
-            due: u64::try_from(due).unwrap_or(0),
-            oldest_due_at: oldest.map(ms).transpose()?,
-        });
-    }
-    Ok(backlog)
-}
-
 pub(super) async fn cancel_requested(
     pool: &SqlitePool,
     params: &CancelRequestedParams,
@@ -112,13 +68,7 @@ pub(super) async fn cancel_requested(
     .fetch_all(pool)
     .await
     .map_err(map_err)?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, epoch)| Lease {
-            id: TaskId(id),
-            epoch,
-        })
-        .collect())
+    Ok(leases(rows))
 }
 
 pub(super) async fn due_count(
