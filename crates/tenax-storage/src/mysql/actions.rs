@@ -14,14 +14,14 @@ use crate::flow;
 use crate::params::{TaskActionParams, TaskPruneParams};
 use crate::shared::actions::cancel_refused;
 
-// retry_once: the task locked first.
+// retry_impl: the task locked first.
 crate::shared::actions::action_statements!(
     crate::mysql::MySqlStorage, sqlx::MySql,
-    read(tx, task) = fetch_ref_for_update(&mut **tx, task), retry: retry_once
+    read(tx, task) = fetch_ref_for_update(&mut **tx, task), retry: retry_impl
 );
 
 impl MySqlStorage {
-    pub(super) async fn cancel_once(&self, params: &TaskActionParams) -> Result<TaskRecord> {
+    pub(super) async fn cancel_impl(&self, params: &TaskActionParams) -> Result<TaskRecord> {
         let mut tx = self.begin().await?;
         let now = clock(&mut tx, params.now).await?;
         let current = fetch_ref_for_update(&mut *tx, &params.task).await?;

@@ -37,7 +37,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Row, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 
-use crate::common::{offers_nothing, truncate_error, validate_insert};
+use crate::common::truncate_error;
 use crate::error::{Result, StorageError};
 use crate::flow;
 use crate::outbox::{
@@ -49,7 +49,6 @@ use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
 };
-use crate::{Capabilities, Storage, WakeReceiver};
 
 use errors::*;
 
@@ -245,8 +244,19 @@ impl MySqlStorage {
         &self.pool
     }
 
+    /// Whether another process's new task wakes this one's workers at once.
+    fn cross_process_wakeups(&self) -> bool {
+        self.wake.cross_process()
+    }
+
     fn wake(&self) {
         self.wake.bump();
+    }
+
+    /// A storage call as it is: MariaDB bounds its waits itself (`innodb_lock_wait_timeout`, the acquire timeout), so it has no call timeout of its own (PostgreSQL's
+    /// `timed` adds one).
+    async fn timed<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        call.await
     }
 
     async fn begin(&self) -> Result<Transaction<'static, MySql>> {
@@ -290,21 +300,18 @@ async fn fetch_ids(tx: &mut Transaction<'static, MySql>, ids: &[i64]) -> Result<
 /// One attempt at each write; [`retrying`] runs them again after a lock conflict.
 impl MySqlStorage {
     /// Insert tasks in one transaction, then wake this process's workers if any is new.
-    async fn insert_once(
+    async fn insert_committed(
         &self,
         tasks: &[TaskInsertParams],
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
-        Ok(self
-            .insert_checked_once(tasks, now, &|_| true)
-            .await?
-            .outcomes)
+        Ok(self.insert_checked(tasks, now, &|_| true).await?.outcomes)
     }
 
     /// Insert tasks in one transaction that commits only if `accept` takes the outcomes
     /// (else it is rolled back), then wake this process's workers if a committed task
     /// is new.
-    async fn insert_checked_once(
+    async fn insert_checked(
         &self,
         tasks: &[TaskInsertParams],
         now: Option<DateTime<Utc>>,

@@ -72,7 +72,7 @@ impl MySqlStorage {
     /// lock the batch's running tasks in one statement, complete the plain ones (no
     /// workflow, not a compensation) with one multi-row `UPDATE` of the tasks and one of
     /// their attempts, in one transaction; the others are left alone.
-    pub(super) async fn complete_many_once(
+    pub(super) async fn complete_many_impl(
         &self,
         params: &[TaskCompleteParams],
         repeated: &[bool],

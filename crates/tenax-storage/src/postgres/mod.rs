@@ -23,7 +23,6 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{Postgres, Transaction};
@@ -31,7 +30,6 @@ use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::common::{offers_nothing, validate_insert};
 use crate::error::{Result, StorageError};
 use crate::flow;
 use crate::outbox::{
@@ -42,7 +40,6 @@ use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
 };
-use crate::{Capabilities, Storage, WakeReceiver};
 
 mod actions;
 mod alert_state;
@@ -73,7 +70,7 @@ pub use claim::claim_sql;
 pub(crate) use errors::map_err;
 pub use insert::{enqueue_in, enqueue_many_in};
 use listen::listen;
-use rows::{attempt_from_row, task_from_row, TASK_COLUMNS};
+use rows::{task_from_row, TASK_COLUMNS};
 use schema::take_schema;
 pub use transactional::{Transactional, TransactionalCommand};
 pub use workflows::enqueue_workflow_in;
@@ -325,6 +322,11 @@ impl PgStorage {
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         self.pool.begin().await.map_err(map_err)
+    }
+
+    /// Whether another process's new task wakes this one's workers at once.
+    fn cross_process_wakeups(&self) -> bool {
+        self.listener.is_some()
     }
 
     fn wake(&self) {

@@ -250,16 +250,13 @@ impl PgStorage {
         .await
     }
 
+    /// One batch (never empty, checked), with which items repeat an earlier lease.
     pub(super) async fn complete_many_impl(
         &self,
         params: &[TaskCompleteParams],
+        repeated: &[bool],
     ) -> Result<Vec<BatchCompletion>> {
-        crate::common::check_complete_many(params)?;
-        if params.is_empty() {
-            return Ok(Vec::new());
-        }
-        let repeated = crate::common::repeated_leases(params);
-        let first = first_named(params, &repeated);
+        let first = first_named(params, repeated);
         self.timed(async {
             let mut tx = self.begin().await?;
             let landed: HashSet<(i64, i64)> = complete_plain_in(&mut tx, &first)
@@ -279,7 +276,7 @@ impl PgStorage {
                 held_leases(&mut tx, &missed).await?.into_iter().collect()
             };
             tx.commit().await.map_err(map_err)?;
-            Ok(verdicts(params, &repeated, &landed, &alone))
+            Ok(verdicts(params, repeated, &landed, &alone))
         })
         .await
     }

@@ -18,4 +18,5 @@ pub(crate) mod queues;
 pub(crate) mod rates;
 pub(crate) mod runtime;
 pub(crate) mod schedules;
+pub(crate) mod storage;
 pub(crate) mod tasks;

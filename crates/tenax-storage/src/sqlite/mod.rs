@@ -25,7 +25,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row, Sqlite, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 
-use crate::common::{duration_ms, json_list, offers_nothing, validate_insert};
+use crate::common::{duration_ms, json_list};
 use crate::error::{Result, StorageError};
 use crate::flow;
 use crate::outbox::{
@@ -37,7 +37,6 @@ use crate::workflows::{
     ParentOutcome, WorkflowDetail, WorkflowId, WorkflowInsertParams, WorkflowListParams,
     WorkflowRecord,
 };
-use crate::{Capabilities, Storage, WakeReceiver};
 
 mod actions;
 mod alert_state;
@@ -212,8 +211,19 @@ impl SqliteStorage {
         &self.pool
     }
 
+    /// Whether another process's new task wakes this one's workers at once.
+    fn cross_process_wakeups(&self) -> bool {
+        self.wake.cross_process()
+    }
+
     fn wake(&self) {
         self.wake.bump();
+    }
+
+    /// A storage call as it is: SQLite bounds its waits itself (`busy_timeout`), so it has no call timeout of its own (PostgreSQL's
+    /// `timed` adds one).
+    async fn timed<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        call.await
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {

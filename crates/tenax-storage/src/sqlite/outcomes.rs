@@ -188,15 +188,12 @@ impl SqliteStorage {
         self.reaped(tx, tasks, now).await
     }
 
+    /// One batch (never empty, checked), with which items repeat an earlier lease.
     pub(super) async fn complete_many_impl(
         &self,
         params: &[TaskCompleteParams],
+        repeated: &[bool],
     ) -> Result<Vec<BatchCompletion>> {
-        crate::common::check_complete_many(params)?;
-        if params.is_empty() {
-            return Ok(Vec::new());
-        }
-        let repeated = crate::common::repeated_leases(params);
         // One `BEGIN IMMEDIATE` (one fsync) for the batch. The plain tasks take two
         // statements for the whole batch; a workflow task or a compensation, and a
         // lease that no longer holds, take the one-task path after them, in the same
@@ -204,11 +201,11 @@ impl SqliteStorage {
         let mut tx = self.begin().await?;
         let db_now = clock(&mut tx, None).await?;
         let at = |item: &TaskCompleteParams| item.now.map_or(db_now, |at| at.timestamp_millis());
-        let first = first_named(params, &repeated);
+        let first = first_named(params, repeated);
         let plain = complete_plain_in(&mut tx, &first, at).await?;
         let mut landed = Vec::with_capacity(params.len());
         let mut woke = false;
-        for (item, repeated) in params.iter().zip(repeated) {
+        for (item, &repeated) in params.iter().zip(repeated) {
             if repeated {
                 landed.push(BatchCompletion::Lost);
             } else if plain.contains(&(item.lease.id.0, item.lease.epoch)) {

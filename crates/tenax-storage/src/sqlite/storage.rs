@@ -4,18 +4,7 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-#[async_trait]
-impl Storage for SqliteStorage {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            cross_process_wakeups: self.wake.cross_process(),
-        }
-    }
-
+crate::shared::storage::storage_impl!(SqliteStorage, sqlx::Sqlite, "sqlite", {
     async fn migrate(&self) -> Result<()> {
         // Two processes starting on a fresh file may race; the loser sees the winner's
         // migrations on its next try.
@@ -40,25 +29,6 @@ impl Storage for SqliteStorage {
             .await
             .map_err(map_err)?;
         ms(now)
-    }
-
-    fn wakeups(&self) -> WakeReceiver {
-        self.wake.subscribe()
-    }
-
-    async fn task_insert(&self, params: &TaskInsertParams) -> Result<TaskInserted> {
-        validate_insert(params)?;
-        let mut outcomes = self
-            .insert_committed(std::slice::from_ref(params), params.now)
-            .await?;
-        outcomes
-            .pop()
-            .ok_or_else(|| StorageError::NotFound(params.task_no.to_string()))?
-            .into_inserted()
-    }
-
-    async fn task_get(&self, task: &TaskRef) -> Result<Option<TaskRecord>> {
-        fetch_ref(&self.pool, task).await
     }
 
     async fn task_list(&self, params: &TaskListParams) -> Result<Vec<TaskRecord>> {
@@ -87,25 +57,6 @@ impl Storage for SqliteStorage {
         .await
         .map_err(map_err)?;
         rows.iter().map(task_from_row).collect()
-    }
-
-    async fn task_attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>> {
-        let rows = sqlx::query(
-            "SELECT task_id, epoch, attempt, worker, started_at, finished_at, outcome, error
-             FROM tenax_attempts WHERE task_id = ? ORDER BY epoch",
-        )
-        .bind(id.0)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.iter().map(rows::attempt_from_row).collect()
-    }
-
-    async fn task_claim_batch(&self, params: &TaskClaimParams) -> Result<Vec<TaskRecord>> {
-        if offers_nothing(params) {
-            return Ok(Vec::new());
-        }
-        crate::rates::claim(self, params).await
     }
 
     async fn lease_extend(&self, params: &LeaseExtendParams) -> Result<Vec<Lease>> {
@@ -144,35 +95,6 @@ impl Storage for SqliteStorage {
             .collect())
     }
 
-    async fn task_complete_if_leased(&self, params: &TaskCompleteParams) -> Result<bool> {
-        let params = &*crate::common::storable_completion(params);
-        self.complete_impl(params).await
-    }
-
-    async fn task_fail_if_leased(&self, params: &TaskFailParams) -> Result<bool> {
-        self.fail_impl(params).await
-    }
-
-    async fn task_reap_expired(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
-        self.reap_impl(params).await
-    }
-
-    async fn task_cancel(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        self.cancel_impl(params).await
-    }
-
-    async fn task_retry(&self, params: &TaskActionParams) -> Result<TaskRecord> {
-        self.retry_impl(params).await
-    }
-
-    async fn side_prune(&self, params: &crate::SidePruneParams) -> Result<crate::SidePruned> {
-        self.side_prune_impl(params).await
-    }
-
-    async fn task_prune(&self, params: &TaskPruneParams) -> Result<u64> {
-        self.prune_impl(params).await
-    }
-
     async fn stats(&self) -> Result<Stats> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         let by_type_rows = sqlx::query(
@@ -209,91 +131,8 @@ impl Storage for SqliteStorage {
         Ok(stats)
     }
 
-    async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {
-        runtime::next_run_at(&self.pool, params).await
-    }
-
-    async fn queue_backlog(&self, params: &QueueBacklogParams) -> Result<Vec<QueueBacklog>> {
-        runtime::queue_backlog(&self.pool, params).await
-    }
-
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         runtime::cancel_requested(&self.pool, params).await
-    }
-
-    async fn schedule_upsert(
-        &self,
-        params: &ScheduleUpsertParams,
-    ) -> Result<(ScheduleRecord, ScheduleUpserted)> {
-        self.schedule_upsert_tx(params).await
-    }
-
-    async fn schedule_list(&self) -> Result<Vec<ScheduleRecord>> {
-        self.schedule_list_all().await
-    }
-
-    async fn schedule_set_paused(&self, params: &SchedulePauseParams) -> Result<ScheduleRecord> {
-        self.schedule_pause_tx(params).await
-    }
-
-    async fn schedule_remove(&self, name: &str) -> Result<()> {
-        self.schedule_delete(name).await
-    }
-
-    async fn schedule_fire_due(&self, params: &ScheduleFireParams) -> Result<Vec<FiredTick>> {
-        self.schedule_fire_tx(params).await
-    }
-
-    async fn queue_list(&self) -> Result<Vec<QueueInfo>> {
-        self.queue_list_impl().await
-    }
-
-    async fn queue_update(&self, params: &QueueUpdateParams) -> Result<QueueInfo> {
-        self.queue_update_impl(params).await
-    }
-
-    async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
-        queue_stats::queue_stats(&self.pool, params.now).await
-    }
-
-    async fn rate_limit_set(&self, params: &RateLimitSetParams) -> Result<RateLimit> {
-        self.rate_limit_set_impl(params).await
-    }
-
-    async fn rate_limit_list(&self) -> Result<Vec<RateLimit>> {
-        self.rate_limit_list_impl().await
-    }
-
-    async fn rate_limit_remove(&self, command_type: &str) -> Result<()> {
-        self.rate_limit_remove_impl(command_type).await
-    }
-
-    async fn task_bulk(&self, params: &TaskBulkParams) -> Result<TaskBulkOutcome> {
-        self.task_bulk_impl(params).await
-    }
-
-    async fn audit_append(&self, params: &AuditAppendParams) -> Result<AuditRecord> {
-        self.audit_append_impl(params).await
-    }
-
-    async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
-        self.audit_list_impl(params).await
-    }
-    async fn task_insert_many(
-        &self,
-        params: &TaskInsertManyParams,
-    ) -> Result<Vec<TaskInsertOutcome>> {
-        crate::common::validate_many(&params.tasks)?;
-        self.insert_committed(&params.tasks, params.now).await
-    }
-
-    async fn task_insert_many_if(
-        &self,
-        params: &TaskInsertManyParams,
-        accept: &InsertAccept<'_>,
-    ) -> Result<TaskInsertManyChecked> {
-        crate::common::validate_many(&params.tasks)?;
-        self.insert_checked(&params.tasks, params.now, accept).await
     }
 
     async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
@@ -302,49 +141,6 @@ impl Storage for SqliteStorage {
         tx.commit().await.map_err(map_err)?;
         self.wake();
         Ok(detail)
-    }
-
-    async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        flow::get(&mut *conn, id).await
-    }
-
-    async fn workflow_list(&self, params: &WorkflowListParams) -> Result<Vec<WorkflowRecord>> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        flow::list(&mut *conn, params).await
-    }
-
-    async fn task_parent_results(&self, id: TaskId) -> Result<Vec<ParentOutcome>> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        workflows::parent_results(&mut conn, id).await
-    }
-
-    async fn outbox_claim(&self, params: &OutboxClaimParams) -> Result<Vec<OutboxRecord>> {
-        self.outbox_claim_impl(params).await
-    }
-
-    async fn outbox_settle(&self, params: &OutboxSettleParams) -> Result<u64> {
-        self.outbox_settle_impl(params).await
-    }
-
-    async fn outbox_list(&self, params: &OutboxListParams) -> Result<Vec<OutboxRecord>> {
-        self.outbox_list_impl(params).await
-    }
-
-    async fn alert_transition(&self, params: &crate::AlertTransitionParams) -> Result<bool> {
-        self.alert_transition_impl(params).await
-    }
-
-    async fn outbox_senders_seen(&self, params: &crate::OutboxSendersParams) -> Result<()> {
-        self.outbox_senders_seen_impl(params).await
-    }
-
-    async fn outbox_prune(&self, params: &OutboxPruneParams) -> Result<u64> {
-        self.outbox_prune_impl(params).await
-    }
-    async fn task_workflow(&self, id: TaskId) -> Result<Option<WorkflowId>> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        workflows::task_workflow(&mut conn, id).await
     }
 
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
@@ -365,53 +161,4 @@ impl Storage for SqliteStorage {
         .map_err(map_err)?;
         rows.iter().map(task_from_row).collect()
     }
-    async fn task_complete_many_if_leased(
-        &self,
-        params: &[TaskCompleteParams],
-    ) -> Result<Vec<BatchCompletion>> {
-        let params = &*crate::common::storable_completions(params);
-        self.complete_many_impl(params).await
-    }
-
-    async fn outbox_stats(
-        &self,
-        params: &crate::OutboxStatsParams,
-    ) -> Result<Vec<crate::OutboxStat>> {
-        self.outbox_stats_impl(params).await
-    }
-
-    async fn task_due_count(&self, params: &crate::TaskDueCountParams) -> Result<crate::DueCount> {
-        runtime::due_count(&self.pool, params).await
-    }
-
-    async fn event_rule_set(&self, params: &crate::EventRuleParams) -> Result<bool> {
-        self.event_rule_set_impl(params).await
-    }
-
-    async fn event_rule_list(&self) -> Result<Vec<crate::EventRule>> {
-        self.event_rule_list_impl().await
-    }
-
-    async fn event_lease(
-        &self,
-        params: &crate::EventLeaseParams,
-    ) -> Result<Option<crate::EventLease>> {
-        self.event_lease_impl(params).await
-    }
-
-    async fn event_sequence(&self, params: &crate::EventSequenceParams) -> Result<Option<u64>> {
-        self.event_sequence_impl(params).await
-    }
-
-    async fn event_cursor_advance(&self, params: &crate::EventCursorParams) -> Result<bool> {
-        self.event_cursor_advance_impl(params).await
-    }
-
-    async fn event_list(&self, params: &crate::EventListParams) -> Result<crate::EventPage> {
-        self.event_list_impl(params).await
-    }
-
-    async fn event_prune(&self, params: &crate::EventPruneParams) -> Result<u64> {
-        self.event_prune_impl(params).await
-    }
-}
+});
