@@ -521,3 +521,108 @@ macro_rules! workflow_statements {
     };
 }
 pub(crate) use workflow_statements;
+
+/// [`WorkflowOwnTx::insert_workflow`](crate::flow::WorkflowOwnTx::insert_workflow) of the
+/// backend `$db`, inside its `impl WorkflowOwnTx`, for a backend with
+/// `INSERT ... RETURNING` (SQLite, PostgreSQL; MySQL has none, so MariaDB writes its
+/// own): the clock read on the transaction, then the insert, which answers the id and
+/// the time as stored. PostgreSQL wrote `COALESCE($1, now())` in the insert instead of
+/// reading the clock first: the same time, one round trip fewer.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! insert_workflow_returning {
+    ($db:ty) => {
+        async fn insert_workflow(
+            &mut self,
+            params: &$crate::workflows::WorkflowInsertParams,
+            at: Option<chrono::DateTime<chrono::Utc>>,
+        ) -> $crate::error::Result<($crate::workflows::WorkflowId, chrono::DateTime<chrono::Utc>)>
+        {
+            use sqlx::Row as _;
+            use $crate::dialect::{sql, Dialect as _};
+            let now = <$db>::bind_time(<$db>::clock(&mut *self, at).await?);
+            let sql = sql!(
+                $db,
+                "INSERT INTO tenax_workflows (name, kind, policy, state, created_at, updated_at)
+                 VALUES (?, ?, ?, 'running', ?, ?) RETURNING id, created_at"
+            );
+            let row = sqlx::query(sql)
+                .bind(&params.name)
+                .bind(params.kind.as_str())
+                .bind(params.policy.as_str())
+                .bind(now)
+                .bind(now)
+                .fetch_one(&mut *self)
+                .await
+                .map_err(<$db>::map_err)?;
+            let id: i64 = row.try_get("id").map_err(<$db>::map_err)?;
+            Ok((id, <$db>::read_time(&row, "created_at")?))
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use insert_workflow_returning;
+
+/// [`WorkflowOwnTx::insert_workflow_tasks`](crate::flow::WorkflowOwnTx::insert_workflow_tasks)
+/// of the backend `$db`, inside its `impl WorkflowOwnTx`: the backend's bulk insert
+/// (`$insert`, over `$conn`, `$tasks`, `$now` and the workflow's `$rows`) with each
+/// task's key and number of parents.
+macro_rules! insert_workflow_tasks {
+    ($db:ty, |$conn:ident, $tasks:ident, $now:ident, $rows:ident| $insert:expr) => {
+        async fn insert_workflow_tasks(
+            &mut self,
+            workflow: $crate::workflows::WorkflowId,
+            tasks: &[$crate::params::TaskInsertParams],
+            keys: &[&str],
+            waiting: &[usize],
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<Vec<$crate::params::TaskInsertOutcome>> {
+            use $crate::dialect::Dialect as _;
+            let rows = $crate::flow_sql::WorkflowRows {
+                id: workflow,
+                keys: keys.to_vec(),
+                waiting: waiting
+                    .iter()
+                    .map(|n| <$db>::bind_count(u32::try_from(*n).unwrap_or(u32::MAX)))
+                    .collect(),
+            };
+            let ($conn, $tasks, $now, $rows) = (self, tasks, Some(now), Some(&rows));
+            $insert.await
+        }
+    };
+}
+pub(crate) use insert_workflow_tasks;
+
+/// [`WorkflowOwnTx::insert_dependencies`](crate::flow::WorkflowOwnTx::insert_dependencies)
+/// of the backend `$db`, inside its `impl WorkflowOwnTx`, as multi-row `VALUES` of
+/// `$chunk` rows (PostgreSQL sends arrays instead).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! insert_dependencies_by_values {
+    ($db:ty, $chunk:expr) => {
+        async fn insert_dependencies(&mut self, deps: &[(i64, i64)]) -> $crate::error::Result<()> {
+            use $crate::dialect::Dialect as _;
+            for chunk in deps.chunks($chunk) {
+                let mut qb = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO tenax_task_deps (child_id, parent_id) ",
+                );
+                qb.push_values(chunk, |mut row, (child, parent)| {
+                    row.push_bind(*child).push_bind(*parent);
+                });
+                qb.build()
+                    .execute(&mut *self)
+                    .await
+                    .map_err(<$db>::map_err)?;
+            }
+            Ok(())
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use insert_dependencies_by_values;
+
+/// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
+/// number of parents, as the backend binds a count (`C`).
+pub(crate) struct WorkflowRows<'a, C> {
+    pub(crate) id: i64,
+    pub(crate) keys: Vec<&'a str>,
+    pub(crate) waiting: Vec<C>,
+}

@@ -329,3 +329,20 @@ macro_rules! hold_by_write {
 }
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use hold_by_write;
+
+/// `finish` for a backend that reads its clock once per transaction (SQLite, MariaDB):
+/// the clock (or the caller's override), then the backend's `complete_in` at that time.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! finish_at_clock {
+    ($db:ty) => {
+        async fn finish(
+            tx: &mut Transaction<'static, $db>,
+            params: &TaskCompleteParams,
+        ) -> $crate::Result<Option<bool>> {
+            let now = clock(tx, params.now).await?;
+            complete_in(tx, params, now).await
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use finish_at_clock;

@@ -21,13 +21,8 @@ use crate::params::{RunAt, TaskInsertOutcome, TaskInsertParams};
 /// Rows per statement: 19 bound values each, well under the 65,535 placeholders.
 const CHUNK: usize = 1_000;
 
-/// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
-/// number of parents.
-pub(super) struct WorkflowRows<'a> {
-    pub(super) id: i64,
-    pub(super) keys: Vec<&'a str>,
-    pub(super) waiting: Vec<i64>,
-}
+/// The workflow a bulk insert's tasks belong to.
+pub(super) type WorkflowRows<'a> = crate::flow_sql::WorkflowRows<'a, i64>;
 
 /// A task to insert, and its place in a workflow: (workflow id, key, parent count).
 type Row<'a> = (&'a TaskInsertParams, Option<(i64, String, i64)>);

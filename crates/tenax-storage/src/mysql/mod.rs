@@ -34,12 +34,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
-use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Row, Transaction};
-use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
+use sqlx::{ConnectOptions, Connection, Executor, MySql, QueryBuilder, Transaction};
+use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord};
 
 use crate::common::truncate_error;
 use crate::error::{Result, StorageError};
-use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -244,25 +243,15 @@ impl MySqlStorage {
         &self.pool
     }
 
-    /// Whether another process's new task wakes this one's workers at once.
-    fn cross_process_wakeups(&self) -> bool {
-        self.wake.cross_process()
-    }
-
-    fn wake(&self) {
-        self.wake.bump();
-    }
-
-    /// A storage call as it is: MariaDB bounds its waits itself (`innodb_lock_wait_timeout`, the acquire timeout), so it has no call timeout of its own (PostgreSQL's
-    /// `timed` adds one).
-    async fn timed<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        call.await
-    }
-
     async fn begin(&self) -> Result<Transaction<'static, MySql>> {
         self.pool.begin().await.map_err(map_err)
     }
 }
+
+crate::shared::storage::probed_storage!(
+    MySqlStorage,
+    "its waits are bounded by `innodb_lock_wait_timeout` and the pool's acquire timeout."
+);
 
 /// Append `(?, ?, ...)` binding `items`; the caller makes sure there is at least one.
 fn push_list<'args, T>(qb: &mut QueryBuilder<'args, MySql>, items: impl IntoIterator<Item = T>)
@@ -297,32 +286,5 @@ async fn fetch_ids(tx: &mut Transaction<'static, MySql>, ids: &[i64]) -> Result<
     rows.iter().map(task_from_row).collect()
 }
 
-/// One attempt at each write; [`retrying`] runs them again after a lock conflict.
-impl MySqlStorage {
-    /// Insert tasks in one transaction, then wake this process's workers if any is new.
-    async fn insert_committed(
-        &self,
-        tasks: &[TaskInsertParams],
-        now: Option<DateTime<Utc>>,
-    ) -> Result<Vec<TaskInsertOutcome>> {
-        Ok(self.insert_checked(tasks, now, &|_| true).await?.outcomes)
-    }
-
-    /// Insert tasks in one transaction that commits only if `accept` takes the outcomes
-    /// (else it is rolled back), then wake this process's workers if a committed task
-    /// is new.
-    async fn insert_checked(
-        &self,
-        tasks: &[TaskInsertParams],
-        now: Option<DateTime<Utc>>,
-        accept: &InsertAccept<'_>,
-    ) -> Result<TaskInsertManyChecked> {
-        let mut tx = self.begin().await?;
-        let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
-        let checked = crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
-        if crate::dialect::woke_by(&checked) {
-            self.wake();
-        }
-        Ok(checked)
-    }
-}
+// One attempt each; the shared forwarders run them again after a lock conflict.
+crate::shared::insert::insert_transactions!(MySqlStorage);

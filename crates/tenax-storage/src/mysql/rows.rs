@@ -6,10 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, MySqlConnection, QueryBuilder, Row};
-use tenax_core::{
-    AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
-    TaskRecord,
-};
+use tenax_core::{CompensationState, Priority, TaskId, TaskKind, TaskNo, TaskRecord};
 
 use super::errors::is_lock_conflict;
 use super::{map_err, push_list, storable, DbTime};
@@ -140,17 +137,4 @@ pub(super) fn task_from_row(row: &MySqlRow) -> Result<TaskRecord> {
     })
 }
 
-pub(super) fn attempt_from_row(row: &MySqlRow) -> Result<AttemptRecord> {
-    let outcome = text(row, "outcome")?;
-    Ok(AttemptRecord {
-        task_id: TaskId(row.try_get("task_id").map_err(map_err)?),
-        epoch: row.try_get("epoch").map_err(map_err)?,
-        attempt: u32_of(row.try_get("attempt").map_err(map_err)?, "attempt")?,
-        worker: text(row, "worker")?,
-        started_at: row.try_get("started_at").map_err(map_err)?,
-        finished_at: row.try_get("finished_at").map_err(map_err)?,
-        outcome: AttemptOutcome::parse(&outcome)
-            .ok_or_else(|| StorageError::Corrupt(format!("outcome = {outcome:?}")))?,
-        error: opt_text(row, "error")?,
-    })
-}
+crate::shared::tasks::attempt_reads!(MySql);

@@ -28,9 +28,6 @@ pub(super) async fn next_run_at(
     pool: &MySqlPool,
     params: &TaskNextRunParams,
 ) -> Result<Option<NextRun>> {
-    if params.queues.is_empty() || params.commands.is_empty() {
-        return Ok(None);
-    }
     // Served by the claim index, which leads on (status, queue).
     let now: DbTime = match params.now {
         Some(now) => storable(now),

@@ -63,58 +63,8 @@ crate::shared::storage::storage_impl!(MySqlStorage, sqlx::MySql, "mysql", {
         retrying(|| self.lease_extend_once(params)).await
     }
 
-    async fn stats(&self) -> Result<Stats> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        let by_type_rows = sqlx::query(
-            "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
-             GROUP BY command_type, status ORDER BY command_type, status",
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
-        let mut stats = Stats::default();
-        for row in &by_type_rows {
-            let command_type: Vec<u8> = row.try_get("command_type").map_err(map_err)?;
-            let command_type = String::from_utf8(command_type)
-                .map_err(|_| StorageError::Corrupt("command_type is not UTF-8".into()))?;
-            let status: Vec<u8> = row.try_get("status").map_err(map_err)?;
-            let status: TaskStatus = String::from_utf8_lossy(&status).parse()?;
-            let n: i64 = row.try_get("n").map_err(map_err)?;
-            let n = u64::try_from(n).unwrap_or(0);
-            stats.by_type.push((command_type, status, n));
-            match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
-                Some((_, total)) => *total += n,
-                None => stats.by_status.push((status, n)),
-            }
-        }
-        stats.by_status.sort();
-        let row = sqlx::query(
-            "SELECT MIN(run_at) AS oldest, UTC_TIMESTAMP(6) AS now FROM tenax_tasks
-             WHERE status IN ('pending', 'retrying') AND run_at <= UTC_TIMESTAMP(6)",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_err)?;
-        let oldest: Option<DateTime<Utc>> = row.try_get("oldest").map_err(map_err)?;
-        let now: DateTime<Utc> = row.try_get("now").map_err(map_err)?;
-        stats.oldest_due_age = oldest.map(|oldest| (now - oldest).to_std().unwrap_or_default());
-        Ok(stats)
-    }
-
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         runtime::cancel_requested(&self.leases, params).await
-    }
-
-    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
-        let detail = retrying(|| async {
-            let mut tx = self.begin().await?;
-            let detail = flow::insert(&mut *tx, params).await?;
-            tx.commit().await.map_err(map_err)?;
-            Ok(detail)
-        })
-        .await?;
-        self.wake();
-        Ok(detail)
     }
 
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {

@@ -21,10 +21,4 @@ async fn hold(
     Ok(None)
 }
 
-async fn finish(
-    tx: &mut Transaction<'static, sqlx::MySql>,
-    params: &TaskCompleteParams,
-) -> Result<Option<bool>> {
-    let now = clock(tx, params.now).await?;
-    complete_in(tx, params, now).await
-}
+crate::transactional::finish_at_clock!(sqlx::MySql);

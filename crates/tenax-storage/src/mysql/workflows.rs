@@ -10,11 +10,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 use tenax_core::TaskId;
 
-use super::insert::{insert_many, WorkflowRows};
+use super::insert::insert_many;
 use super::{map_err, push_list, storable, DbTime};
 use crate::error::Result;
 use crate::flow::WorkflowOwnTx;
-use crate::params::{TaskInsertOutcome, TaskInsertParams};
 use crate::workflows::{WorkflowId, WorkflowInsertParams};
 
 /// Dependency rows per statement (2 values each).
@@ -55,33 +54,11 @@ impl WorkflowOwnTx for MySqlConnection {
         Ok((id, now.and_utc()))
     }
 
-    async fn insert_workflow_tasks(
-        &mut self,
-        workflow: WorkflowId,
-        tasks: &[TaskInsertParams],
-        keys: &[&str],
-        waiting: &[usize],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<TaskInsertOutcome>> {
-        let rows = WorkflowRows {
-            id: workflow,
-            keys: keys.to_vec(),
-            waiting: waiting.iter().map(|n| *n as i64).collect(),
-        };
-        insert_many(self, tasks, Some(now), Some(&rows)).await
-    }
+    crate::flow_sql::insert_workflow_tasks!(MySql, |conn, tasks, now, rows| {
+        insert_many(conn, tasks, now, rows)
+    });
 
-    async fn insert_dependencies(&mut self, deps: &[(i64, i64)]) -> Result<()> {
-        for chunk in deps.chunks(DEPS_CHUNK) {
-            let mut qb =
-                QueryBuilder::<MySql>::new("INSERT INTO tenax_task_deps (child_id, parent_id) ");
-            qb.push_values(chunk, |mut row, (child, parent)| {
-                row.push_bind(*child).push_bind(*parent);
-            });
-            qb.build().execute(&mut *self).await.map_err(map_err)?;
-        }
-        Ok(())
-    }
+    crate::flow_sql::insert_dependencies_by_values!(MySql, DEPS_CHUNK);
 
     /// The children are read first, then written by primary key. Returns how many
     /// children were counted down (not only those that became `pending`).

@@ -19,13 +19,8 @@ use crate::StorageError;
 /// size of one statement's arrays).
 pub(super) const CHUNK: usize = 5_000;
 
-/// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
-/// number of parents.
-pub(super) struct WorkflowRows<'a> {
-    pub(super) id: i64,
-    pub(super) keys: Vec<&'a str>,
-    pub(super) waiting: Vec<i32>,
-}
+/// The workflow a bulk insert's tasks belong to.
+pub(super) type WorkflowRows<'a> = crate::flow_sql::WorkflowRows<'a, i32>;
 
 /// What an insert statement does with a task number that exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

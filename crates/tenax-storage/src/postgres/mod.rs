@@ -31,7 +31,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{Result, StorageError};
-use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };

@@ -30,9 +30,6 @@ pub(super) async fn next_run_at(
     pool: &PgPool,
     params: &TaskNextRunParams,
 ) -> Result<Option<NextRun>> {
-    if params.queues.is_empty() || params.commands.is_empty() {
-        return Ok(None);
-    }
     let (types, versions): (Vec<&str>, Vec<i32>) = params
         .commands
         .iter()

@@ -84,17 +84,6 @@ crate::shared::storage::storage_impl!(PgStorage, sqlx::Postgres, "postgres", {
             .await
     }
 
-    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let detail = flow::insert(&mut *tx, params).await?;
-            tx.commit().await.map_err(map_err)?;
-            self.wake();
-            Ok(detail)
-        })
-        .await
-    }
-
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {
         self.timed(async {
             // The status list repeats the finished-task index's condition.
@@ -115,10 +104,6 @@ crate::shared::storage::storage_impl!(PgStorage, sqlx::Postgres, "postgres", {
             rows.iter().map(task_from_row).collect()
         })
         .await
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.timed(queue_stats::stats(&self.pool)).await
     }
 
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {

@@ -9,12 +9,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 use tenax_core::TaskId;
 
-use super::insert::{insert_many, Existing, WorkflowRows};
+use super::insert::{insert_many, Existing};
 use super::{map_err, notify, NOW};
 use crate::error::Result;
 use crate::flow::WorkflowOwnTx;
-use crate::params::{TaskInsertOutcome, TaskInsertParams};
-use crate::workflows::{WorkflowId, WorkflowInsertParams};
 
 /// Counts down the children of `$2` and unblocks those at zero (`$1`: clock override).
 fn count_down_sql() -> String {
@@ -76,42 +74,11 @@ crate::flow_sql::workflow_statements!(sqlx::PgConnection, sqlx::Postgres);
 /// time as `$1` of `COALESCE($1, now())`: the time passed down is the override or the
 /// transaction's `now()` already, so the value is the same either way.
 impl WorkflowOwnTx for PgConnection {
-    async fn insert_workflow(
-        &mut self,
-        params: &WorkflowInsertParams,
-        at: Option<DateTime<Utc>>,
-    ) -> Result<(WorkflowId, DateTime<Utc>)> {
-        sqlx::query_as(&format!(
-            "INSERT INTO tenax_workflows (name, kind, policy, state, created_at, updated_at)
-             VALUES ($2, $3, $4, 'running', {NOW}, {NOW}) RETURNING id, created_at"
-        ))
-        .bind(at)
-        .bind(&params.name)
-        .bind(params.kind.as_str())
-        .bind(params.policy.as_str())
-        .fetch_one(&mut *self)
-        .await
-        .map_err(map_err)
-    }
+    crate::flow_sql::insert_workflow_returning!(sqlx::Postgres);
 
-    async fn insert_workflow_tasks(
-        &mut self,
-        workflow: WorkflowId,
-        tasks: &[TaskInsertParams],
-        keys: &[&str],
-        waiting: &[usize],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<TaskInsertOutcome>> {
-        let rows = WorkflowRows {
-            id: workflow,
-            keys: keys.to_vec(),
-            waiting: waiting
-                .iter()
-                .map(|n| i32::try_from(*n).unwrap_or(i32::MAX))
-                .collect(),
-        };
-        insert_many(self, tasks, Some(now), Some(&rows), Existing::Skip).await
-    }
+    crate::flow_sql::insert_workflow_tasks!(sqlx::Postgres, |conn, tasks, now, rows| {
+        insert_many(conn, tasks, now, rows, Existing::Skip)
+    });
 
     async fn insert_dependencies(&mut self, deps: &[(i64, i64)]) -> Result<()> {
         let (children, parents): (Vec<i64>, Vec<i64>) = deps.iter().copied().unzip();

@@ -42,3 +42,46 @@ macro_rules! enqueue_in_api {
     };
 }
 pub(crate) use enqueue_in_api;
+
+/// `insert_committed` and `insert_checked` of the storage `$storage`, for a backend
+/// whose inserts always run in a transaction of their own (SQLite's `BEGIN IMMEDIATE`,
+/// MariaDB's): the backend's bulk insert with no workflow (`insert::insert_many(tx,
+/// tasks, now, None)`), committed if `accept` takes the outcomes, then this process's
+/// workers woken if a committed task is new. PostgreSQL writes its own: one task or one
+/// chunk is a single statement there, with no transaction around it.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! insert_transactions {
+    ($storage:ty) => {
+        impl $storage {
+            /// Insert tasks in one transaction, then wake this process's workers if any
+            /// is new.
+            async fn insert_committed(
+                &self,
+                tasks: &[$crate::params::TaskInsertParams],
+                now: Option<chrono::DateTime<chrono::Utc>>,
+            ) -> $crate::error::Result<Vec<$crate::params::TaskInsertOutcome>> {
+                Ok(self.insert_checked(tasks, now, &|_| true).await?.outcomes)
+            }
+
+            /// Insert tasks in one transaction that commits only if `accept` takes the
+            /// outcomes (else it is rolled back), then wake this process's workers if a
+            /// committed task is new.
+            async fn insert_checked(
+                &self,
+                tasks: &[$crate::params::TaskInsertParams],
+                now: Option<chrono::DateTime<chrono::Utc>>,
+                accept: &$crate::params::InsertAccept<'_>,
+            ) -> $crate::error::Result<$crate::params::TaskInsertManyChecked> {
+                let mut tx = self.begin().await?;
+                let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
+                let checked = $crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
+                if $crate::dialect::woke_by(&checked) {
+                    self.wake();
+                }
+                Ok(checked)
+            }
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use insert_transactions;

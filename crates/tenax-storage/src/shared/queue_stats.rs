@@ -13,8 +13,7 @@
 //! MariaDB did: SQLite subtracted milliseconds in SQL, PostgreSQL took the epoch of an
 //! interval).
 //!
-//! The same goes for `stats` (PostgreSQL's; SQLite and MariaDB still answer
-//! [`Storage::stats`](crate::Storage::stats) in their `storage.rs`): its oldest due
+//! The same goes for `stats` ([`Storage::stats`](crate::Storage::stats)): its oldest due
 //! task is read against the clock read first on the same connection, and its age kept
 //! to the microsecond (PostgreSQL compared with the statement's `now()` and kept
 //! milliseconds).

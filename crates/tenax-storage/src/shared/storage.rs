@@ -151,6 +151,9 @@ macro_rules! storage_impl {
             }
 
             async fn task_next_run_at(&self, params: &TaskNextRunParams) -> Result<Option<NextRun>> {
+                if params.queues.is_empty() || params.commands.is_empty() {
+                    return Ok(None);
+                }
                 self.timed(runtime::next_run_at(&self.pool, params)).await
             }
 
@@ -193,6 +196,10 @@ macro_rules! storage_impl {
                 self.timed(self.queue_update_impl(params)).await
             }
 
+            async fn stats(&self) -> Result<Stats> {
+                self.timed(queue_stats::stats(&self.pool)).await
+            }
+
             async fn queue_stats(&self, params: &QueueStatsParams) -> Result<Vec<QueueStats>> {
                 self.timed(queue_stats::queue_stats(&self.pool, params.now)).await
             }
@@ -219,6 +226,19 @@ macro_rules! storage_impl {
 
             async fn audit_list(&self, params: &AuditListParams) -> Result<Vec<AuditRecord>> {
                 self.timed(self.audit_list_impl(params)).await
+            }
+
+            async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
+                let detail = self
+                    .timed($crate::shared::storage::retried!($db, async {
+                        let mut tx = self.begin().await?;
+                        let detail = $crate::flow::insert(&mut *tx, params).await?;
+                        tx.commit().await.map_err(map_err)?;
+                        Ok(detail)
+                    }))
+                    .await?;
+                self.wake();
+                Ok(detail)
             }
 
             async fn workflow_get(&self, id: WorkflowId) -> Result<Option<WorkflowDetail>> {
@@ -318,3 +338,35 @@ macro_rules! storage_impl {
     };
 }
 pub(crate) use storage_impl;
+
+/// The wake-up and call methods of a storage `$storage` whose cross-process wake-ups
+/// come from a probe (`wake: Arc<Wake>`: SQLite, MariaDB), and whose database bounds
+/// every wait itself (`$bounds`, a doc line), so that a call has no timeout of its own
+/// (PostgreSQL's `timed` adds one).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! probed_storage {
+    ($storage:ty, $bounds:literal) => {
+        impl $storage {
+            /// Whether another process's new task wakes this one's workers at once (the
+            /// probe is on).
+            fn cross_process_wakeups(&self) -> bool {
+                self.wake.cross_process()
+            }
+
+            /// Wake this process's workers.
+            fn wake(&self) {
+                self.wake.bump();
+            }
+
+            #[doc = concat!("A storage call as it is: ", $bounds)]
+            async fn timed<T>(
+                &self,
+                call: impl std::future::Future<Output = $crate::error::Result<T>>,
+            ) -> $crate::error::Result<T> {
+                call.await
+            }
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use probed_storage;

@@ -65,3 +65,35 @@ macro_rules! task_reads {
     };
 }
 pub(crate) use task_reads;
+
+/// `attempt_from_row(row)` for the backend `$db`: one entry of a task's attempt history,
+/// read with the backend's [`Dialect`](crate::dialect::Dialect) (its `attempt` column
+/// holds a [`Dialect::Count`](crate::dialect::Dialect::Count)).
+macro_rules! attempt_reads {
+    ($db:ty) => {
+        /// One entry of a task's attempt history.
+        pub(super) fn attempt_from_row(
+            row: &<$db as sqlx::Database>::Row,
+        ) -> $crate::error::Result<tenax_core::AttemptRecord> {
+            use sqlx::Row as _;
+            use $crate::dialect::Dialect as _;
+            use $crate::error::StorageError;
+            let outcome = <$db>::text(row, "outcome")?;
+            let attempt: <$db as $crate::dialect::Dialect>::Count =
+                row.try_get("attempt").map_err(<$db>::map_err)?;
+            Ok(tenax_core::AttemptRecord {
+                task_id: tenax_core::TaskId(row.try_get("task_id").map_err(<$db>::map_err)?),
+                epoch: row.try_get("epoch").map_err(<$db>::map_err)?,
+                attempt: u32::try_from(attempt)
+                    .map_err(|_| StorageError::Corrupt(format!("attempt = {attempt}")))?,
+                worker: <$db>::text(row, "worker")?,
+                started_at: <$db>::read_time(row, "started_at")?,
+                finished_at: <$db>::read_opt_time(row, "finished_at")?,
+                outcome: tenax_core::AttemptOutcome::parse(&outcome)
+                    .ok_or_else(|| StorageError::Corrupt(format!("outcome = {outcome:?}")))?,
+                error: <$db>::opt_text(row, "error")?,
+            })
+        }
+    };
+}
+pub(crate) use attempt_reads;

@@ -15,13 +15,8 @@ use crate::params::{RunAt, TaskInsertOutcome, TaskInsertParams};
 /// Rows per statement: 20 bound values each, well under SQLite's 32,766 variables.
 const CHUNK: usize = 500;
 
-/// The workflow a bulk insert's tasks belong to: per task (in order) its key and its
-/// number of parents.
-pub(super) struct WorkflowRows<'a> {
-    pub(super) id: i64,
-    pub(super) keys: Vec<&'a str>,
-    pub(super) waiting: Vec<i64>,
-}
+/// The workflow a bulk insert's tasks belong to.
+pub(super) type WorkflowRows<'a> = crate::flow_sql::WorkflowRows<'a, i64>;
 
 /// Insert `tasks` (already validated) on `conn`, inside
 /// the caller's transaction; nothing is committed here. With `workflow`, the tasks

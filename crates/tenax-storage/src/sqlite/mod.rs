@@ -22,12 +22,11 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection, Row, Sqlite, Transaction};
+use sqlx::{ConnectOptions, Connection, Sqlite, Transaction};
 use tenax_core::{AttemptRecord, InvalidInput, TaskId, TaskRecord, TaskStatus};
 
 use crate::common::{duration_ms, json_list};
 use crate::error::{Result, StorageError};
-use crate::flow;
 use crate::outbox::{
     OutboxClaimParams, OutboxListParams, OutboxPruneParams, OutboxRecord, OutboxSettleParams,
 };
@@ -211,21 +210,6 @@ impl SqliteStorage {
         &self.pool
     }
 
-    /// Whether another process's new task wakes this one's workers at once.
-    fn cross_process_wakeups(&self) -> bool {
-        self.wake.cross_process()
-    }
-
-    fn wake(&self) {
-        self.wake.bump();
-    }
-
-    /// A storage call as it is: SQLite bounds its waits itself (`busy_timeout`), so it has no call timeout of its own (PostgreSQL's
-    /// `timed` adds one).
-    async fn timed<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        call.await
-    }
-
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         self.writer
             .begin_with("BEGIN IMMEDIATE")
@@ -233,6 +217,8 @@ impl SqliteStorage {
             .map_err(map_err)
     }
 }
+
+crate::shared::storage::probed_storage!(SqliteStorage, "its waits are bounded by `busy_timeout`.");
 
 /// The database clock, or the caller's override, in milliseconds.
 async fn clock(tx: &mut Transaction<'static, Sqlite>, now: Option<DateTime<Utc>>) -> Result<i64> {
@@ -281,32 +267,4 @@ pub(crate) fn map_err(err: sqlx::Error) -> StorageError {
 
 crate::shared::tasks::task_reads!(Sqlite);
 
-impl SqliteStorage {
-    /// Insert tasks in one `BEGIN IMMEDIATE` transaction, then wake this process's
-    /// workers if any task is new.
-    async fn insert_committed(
-        &self,
-        tasks: &[TaskInsertParams],
-        now: Option<DateTime<Utc>>,
-    ) -> Result<Vec<TaskInsertOutcome>> {
-        Ok(self.insert_checked(tasks, now, &|_| true).await?.outcomes)
-    }
-
-    /// Insert tasks in one `BEGIN IMMEDIATE` transaction that commits only if `accept`
-    /// takes the outcomes (else it is rolled back), then wake this process's workers if
-    /// a committed task is new.
-    async fn insert_checked(
-        &self,
-        tasks: &[TaskInsertParams],
-        now: Option<DateTime<Utc>>,
-        accept: &InsertAccept<'_>,
-    ) -> Result<TaskInsertManyChecked> {
-        let mut tx = self.begin().await?;
-        let outcomes = insert::insert_many(&mut tx, tasks, now, None).await?;
-        let checked = crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
-        if crate::dialect::woke_by(&checked) {
-            self.wake();
-        }
-        Ok(checked)
-    }
-}
+crate::shared::insert::insert_transactions!(SqliteStorage);

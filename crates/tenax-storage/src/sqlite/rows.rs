@@ -2,10 +2,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
-use tenax_core::{
-    AttemptOutcome, AttemptRecord, CompensationState, Priority, TaskId, TaskKind, TaskNo,
-    TaskRecord,
-};
+use tenax_core::{CompensationState, Priority, TaskId, TaskKind, TaskNo, TaskRecord};
 
 use super::{map_err, NOW_MS};
 use crate::dialect::Dialect;
@@ -125,17 +122,4 @@ pub(super) fn task_from_row(row: &SqliteRow) -> Result<TaskRecord> {
     })
 }
 
-pub(super) fn attempt_from_row(row: &SqliteRow) -> Result<AttemptRecord> {
-    let outcome: String = row.try_get("outcome").map_err(map_err)?;
-    Ok(AttemptRecord {
-        task_id: TaskId(row.try_get("task_id").map_err(map_err)?),
-        epoch: row.try_get("epoch").map_err(map_err)?,
-        attempt: u32_of(row.try_get("attempt").map_err(map_err)?, "attempt")?,
-        worker: row.try_get("worker").map_err(map_err)?,
-        started_at: ms(row.try_get("started_at").map_err(map_err)?)?,
-        finished_at: opt_ms(row.try_get("finished_at").map_err(map_err)?)?,
-        outcome: AttemptOutcome::parse(&outcome)
-            .ok_or_else(|| StorageError::Corrupt(format!("outcome = {outcome:?}")))?,
-        error: row.try_get("error").map_err(map_err)?,
-    })
-}
+crate::shared::tasks::attempt_reads!(Sqlite);

@@ -14,9 +14,6 @@ pub(super) async fn next_run_at(
     pool: &SqlitePool,
     params: &TaskNextRunParams,
 ) -> Result<Option<NextRun>> {
-    if params.queues.is_empty() || params.commands.is_empty() {
-        return Ok(None);
-    }
     let now = clock_now(pool, params.now).await?;
     // Served by the claim index (queue, priority, run_at): one range per queue and
     // priority, each read from its first future entry.

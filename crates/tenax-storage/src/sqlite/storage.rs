@@ -95,52 +95,8 @@ crate::shared::storage::storage_impl!(SqliteStorage, sqlx::Sqlite, "sqlite", {
             .collect())
     }
 
-    async fn stats(&self) -> Result<Stats> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        let by_type_rows = sqlx::query(
-            "SELECT command_type, status, COUNT(*) AS n FROM tenax_tasks
-             GROUP BY command_type, status ORDER BY command_type, status",
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
-        let mut stats = Stats::default();
-        for row in &by_type_rows {
-            let command_type: String = row.try_get("command_type").map_err(map_err)?;
-            let status: String = row.try_get("status").map_err(map_err)?;
-            let status: TaskStatus = status.parse()?;
-            let n: i64 = row.try_get("n").map_err(map_err)?;
-            let n = u64::try_from(n).unwrap_or(0);
-            stats.by_type.push((command_type, status, n));
-            match stats.by_status.iter_mut().find(|(s, _)| *s == status) {
-                Some((_, total)) => *total += n,
-                None => stats.by_status.push((status, n)),
-            }
-        }
-        stats.by_status.sort();
-        let oldest: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) - MIN(run_at) FROM tenax_tasks
-             WHERE status IN ('pending', 'retrying')
-               AND run_at <= CAST(unixepoch('subsec') * 1000 AS INTEGER)",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_err)?;
-        stats.oldest_due_age =
-            oldest.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
-        Ok(stats)
-    }
-
     async fn task_cancel_requested(&self, params: &CancelRequestedParams) -> Result<Vec<Lease>> {
         runtime::cancel_requested(&self.pool, params).await
-    }
-
-    async fn workflow_insert(&self, params: &WorkflowInsertParams) -> Result<WorkflowDetail> {
-        let mut tx = self.begin().await?;
-        let detail = flow::insert(&mut *tx, params).await?;
-        tx.commit().await.map_err(map_err)?;
-        self.wake();
-        Ok(detail)
     }
 
     async fn task_list_finished(&self, params: &TaskListFinishedParams) -> Result<Vec<TaskRecord>> {

@@ -6,10 +6,4 @@ use crate::Result;
 crate::transactional::transactional_api!(sqlx::Sqlite, SqliteStorage, "SQLite");
 crate::transactional::hold_by_write!(sqlx::Sqlite, SqliteStorage);
 
-async fn finish(
-    tx: &mut Transaction<'static, sqlx::Sqlite>,
-    params: &TaskCompleteParams,
-) -> Result<Option<bool>> {
-    let now = clock(tx, params.now).await?;
-    complete_in(tx, params, now).await
-}
+crate::transactional::finish_at_clock!(sqlx::Sqlite);

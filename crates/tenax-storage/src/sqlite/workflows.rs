@@ -4,16 +4,13 @@
 //! serialises them). Those that differ from the other backends' only in spelling are
 //! written once, in `crate::flow_sql`.
 use chrono::{DateTime, Utc};
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::{Sqlite, SqliteConnection};
 use tenax_core::TaskId;
 
-use super::insert::{insert_many, WorkflowRows};
-use super::rows::ms;
-use super::{map_err, NOW_MS};
+use super::insert::insert_many;
+use super::map_err;
 use crate::error::Result;
 use crate::flow::WorkflowOwnTx;
-use crate::params::{TaskInsertOutcome, TaskInsertParams};
-use crate::workflows::{WorkflowId, WorkflowInsertParams};
 
 /// Dependency rows per statement (2 values each).
 const DEPS_CHUNK: usize = 400;
@@ -24,59 +21,13 @@ crate::flow_sql::workflow_statements!(sqlx::SqliteConnection, sqlx::Sqlite);
 /// The statements of [`crate::flow`] that SQLite writes its own way. Times are bound as
 /// milliseconds.
 impl WorkflowOwnTx for SqliteConnection {
-    async fn insert_workflow(
-        &mut self,
-        params: &WorkflowInsertParams,
-        at: Option<DateTime<Utc>>,
-    ) -> Result<(WorkflowId, DateTime<Utc>)> {
-        let now = match at {
-            Some(at) => at.timestamp_millis(),
-            None => sqlx::query_scalar(NOW_MS)
-                .fetch_one(&mut *self)
-                .await
-                .map_err(map_err)?,
-        };
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO tenax_workflows (name, kind, policy, state, created_at, updated_at)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?4) RETURNING id",
-        )
-        .bind(&params.name)
-        .bind(params.kind.as_str())
-        .bind(params.policy.as_str())
-        .bind(now)
-        .fetch_one(&mut *self)
-        .await
-        .map_err(map_err)?;
-        Ok((id, ms(now)?))
-    }
+    crate::flow_sql::insert_workflow_returning!(sqlx::Sqlite);
 
-    async fn insert_workflow_tasks(
-        &mut self,
-        workflow: WorkflowId,
-        tasks: &[TaskInsertParams],
-        keys: &[&str],
-        waiting: &[usize],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<TaskInsertOutcome>> {
-        let rows = WorkflowRows {
-            id: workflow,
-            keys: keys.to_vec(),
-            waiting: waiting.iter().map(|n| *n as i64).collect(),
-        };
-        insert_many(self, tasks, Some(now), Some(&rows)).await
-    }
+    crate::flow_sql::insert_workflow_tasks!(Sqlite, |conn, tasks, now, rows| {
+        insert_many(conn, tasks, now, rows)
+    });
 
-    async fn insert_dependencies(&mut self, deps: &[(i64, i64)]) -> Result<()> {
-        for chunk in deps.chunks(DEPS_CHUNK) {
-            let mut qb =
-                QueryBuilder::<Sqlite>::new("INSERT INTO tenax_task_deps (child_id, parent_id) ");
-            qb.push_values(chunk, |mut row, (child, parent)| {
-                row.push_bind(*child).push_bind(*parent);
-            });
-            qb.build().execute(&mut *self).await.map_err(map_err)?;
-        }
-        Ok(())
-    }
+    crate::flow_sql::insert_dependencies_by_values!(Sqlite, DEPS_CHUNK);
 
     /// Returns how many children became `pending`.
     async fn count_down_children(&mut self, parent: TaskId, now: DateTime<Utc>) -> Result<u64> {
