@@ -237,10 +237,12 @@ pub(crate) fn storable_completions(
     )
 }
 
+#[cfg(feature = "sqlite")]
 pub(crate) fn json_list<T: serde::Serialize>(items: &[T]) -> String {
     serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn split_ref(task: &TaskRef) -> (Option<i64>, Option<&str>) {
     match task {
         TaskRef::Id(id) => (Some(id.0), None),
@@ -333,6 +335,7 @@ pub(crate) fn validate_queue_update(params: &crate::params::QueueUpdateParams) -
 }
 
 /// The claim controls of the queues a claim names, as read from `tenax_queues`.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 #[derive(Debug, Default)]
 pub(crate) struct QueueControls {
     /// Queues that are paused.
@@ -341,8 +344,10 @@ pub(crate) struct QueueControls {
     pub(crate) limited: Vec<(String, u32)>,
 }
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 impl QueueControls {
     /// Nothing restricts the claim: the fast path applies.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn is_empty(&self) -> bool {
         self.paused.is_empty() && self.limited.is_empty()
     }
@@ -473,6 +478,7 @@ pub(crate) fn validate_many(tasks: &[TaskInsertParams]) -> Result<()> {
 
 /// The records a bulk insert created, by the position of the item that created each:
 /// the first item of each number found in `created` (a map by `task_no`, drained).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) fn by_position(
     tasks: &[TaskInsertParams],
     mut created: std::collections::HashMap<String, TaskRecord>,

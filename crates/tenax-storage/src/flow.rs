@@ -82,6 +82,7 @@ impl FailPlan {
     }
 
     /// The task's attempt count once the failure is written.
+    #[cfg(any(feature = "mysql", test))]
     pub(crate) fn attempt_after(self, attempt: u32) -> u32 {
         attempt.saturating_sub(u32::from(self.refund))
     }
@@ -93,6 +94,7 @@ impl FailPlan {
     /// here, not only by the worker), else `retrying`. SQLite and PostgreSQL write this
     /// rule as the `CASE` of their one `UPDATE`; MariaDB, whose `SET` assignments see
     /// each other's new values, takes it from here, for the row it locked.
+    #[cfg(any(feature = "mysql", test))]
     pub(crate) fn status(
         self,
         attempt: u32,

@@ -18,6 +18,7 @@ use sqlx::{Connection, Database};
 /// retries the connection with a doubling sleep capped at a fifth of this: a worker
 /// whose heartbeat retries at once after a failure (as the runtime's does) finds its
 /// database back within about 200 ms of its return.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const LEASE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long a pooled connection may sit idle and still be used without a check.

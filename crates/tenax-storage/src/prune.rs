@@ -74,4 +74,5 @@ impl SidePruned {
 }
 
 /// Statuses of a task that still needs its concurrency key's row, as an SQL list.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const LIVE_SQL: &str = "('pending', 'retrying', 'running', 'blocked')";

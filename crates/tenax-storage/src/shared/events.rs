@@ -64,6 +64,7 @@ impl EventsDialect for sqlx::MySql {
 
 /// `now + d`, `d` clamped to [`MAX_DELAY`](crate::MAX_DELAY), saturating at the end of
 /// time.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn later(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     TimeDelta::from_std(d.min(crate::MAX_DELAY))
         .ok()

@@ -40,7 +40,9 @@ pub(crate) trait Stamp: Dialect {
     const AT: &'static str;
     /// The time for the statements of a transaction on `conn`: the caller's override,
     /// else the database clock read once (SQLite, MariaDB); on PostgreSQL the override
-    /// as it is, without a round trip.
+    /// as it is, without a round trip. Only the clocked backends' shared completion asks
+    /// it.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
     fn at(
         conn: &mut Self::Connection,
         now: Option<DateTime<Utc>>,
