@@ -19,9 +19,12 @@ pub(crate) use retried;
 /// - runs under the storage's `timed`: PostgreSQL's call timeout (`PgConfig::call_timeout`);
 ///   SQLite and MariaDB bound their waits in the database (`busy_timeout`,
 ///   `innodb_lock_wait_timeout`) and run the call as it is;
-/// - when it writes in one transaction, runs it again after a lost lock conflict
-///   ([`retried!`]): only MariaDB's transactions lose them (a deadlock victim, a
-///   lock-wait timeout), and its `_impl` methods are single attempts.
+/// - when it is a write MariaDB runs again after a lost lock conflict (a deadlock
+///   victim, a lock-wait timeout) and one transaction, runs through [`retried!`], and
+///   MariaDB's `_impl` method is a single attempt; the other backends lose no
+///   conflicts and run it once. Writes that commit several transactions (the side
+///   prune, a schedule's, a bulk action's) retry each inside their shared method, and
+///   the rest (events, rate limits, queue and schedule reads) run as before, once.
 ///
 /// Before, PostgreSQL timed only some of these calls (its documentation says each
 /// storage call is bounded); now it times all of them.
