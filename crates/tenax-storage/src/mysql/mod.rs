@@ -181,7 +181,7 @@ fn options_from_url(url: &str) -> Result<MySqlConnectOptions> {
 
 impl MySqlStorage {
     /// Connect to the database a `mysql://` or `mariadb://` URL names, with defaults.
-    /// Does not migrate: call [`Storage::migrate`], or use [`crate::connect`].
+    /// Does not migrate: call [`Storage::migrate`](crate::Storage::migrate), or use [`crate::connect`].
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, &MySqlConfig::default()).await
     }

@@ -13,7 +13,7 @@
 //!   notifications sent meanwhile are lost.
 //! - `NOTIFY tenax_finished` (payload: the task id) is sent when a task that a
 //!   long-poll waits for finishes (`waits.rs`, migration 0018); the same listener
-//!   passes it to [`Storage::finishes`].
+//!   passes it to [`Storage::finishes`](crate::Storage::finishes).
 //! - Each call runs under a client-side timeout, and sessions carry `statement_timeout`
 //!   and `idle_in_transaction_session_timeout`, so a silently dead connection surfaces
 //!   as a transient error (sqlx cannot set TCP keepalive); the worker's self-fencing
@@ -163,7 +163,7 @@ impl Drop for PgStorage {
 }
 
 impl PgStorage {
-    /// Connect with defaults. Does not migrate: call [`Storage::migrate`], or use
+    /// Connect with defaults. Does not migrate: call [`Storage::migrate`](crate::Storage::migrate), or use
     /// [`crate::connect`].
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, &PgConfig::default()).await

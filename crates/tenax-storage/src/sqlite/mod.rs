@@ -161,7 +161,7 @@ impl Probe for DataVersion {
 
 impl SqliteStorage {
     /// Open (creating if missing) the file a `sqlite://PATH` URL names, with defaults.
-    /// Does not migrate: call [`Storage::migrate`], or use [`crate::connect`].
+    /// Does not migrate: call [`Storage::migrate`](crate::Storage::migrate), or use [`crate::connect`].
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, &SqliteConfig::default()).await
     }
