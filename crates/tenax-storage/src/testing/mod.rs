@@ -195,7 +195,8 @@ impl TaskOpts {
     /// The command type the factory uses by default.
     pub const TYPE: &'static str = "TEST_COMMAND";
 
-    fn params(&self) -> TaskInsertParams {
+    /// The insert the factory sends.
+    pub fn params(&self) -> TaskInsertParams {
         TaskInsertParams {
             task_no: self
                 .task_no
