@@ -255,68 +255,64 @@ impl PgStorage {
     }
 
     /// Insert tasks in one transaction, then wake this process's workers if any is new.
+    /// Its caller, a `Storage` forwarder, runs it under [`PgStorage::timed`].
     async fn insert_committed(
         &self,
         tasks: &[TaskInsertParams],
         now: Option<DateTime<Utc>>,
     ) -> Result<Vec<TaskInsertOutcome>> {
-        self.timed(async {
-            let outcomes = if tasks.len() <= insert::CHUNK {
-                // One statement, its own transaction: no BEGIN and COMMIT round trips,
-                // and `created_at` is the statement's start, not a BEGIN's. Many tasks
-                // are sent first as a plain INSERT, which fails whole if a number
-                // exists; then, only if one did, again skipping the numbers that exist.
-                // (That failure is an ERROR line in the server's log and the rows
-                // written before it are thrown away, so one task, whose ON CONFLICT
-                // costs a single probe, always skips.)
-                let mut conn = self.pool.acquire().await.map_err(map_err)?;
-                let fresh = if tasks.len() > 1 {
-                    insert::Existing::Fail
-                } else {
-                    insert::Existing::Skip
-                };
-                match insert::insert_many(&mut conn, tasks, now, None, fresh).await {
-                    Err(e) if insert::number_taken(&e) => {
-                        let skip = insert::Existing::Skip;
-                        insert::insert_many(&mut conn, tasks, now, None, skip).await?
-                    }
-                    other => other?,
-                }
+        let outcomes = if tasks.len() <= insert::CHUNK {
+            // One statement, its own transaction: no BEGIN and COMMIT round trips,
+            // and `created_at` is the statement's start, not a BEGIN's. Many tasks
+            // are sent first as a plain INSERT, which fails whole if a number
+            // exists; then, only if one did, again skipping the numbers that exist.
+            // (That failure is an ERROR line in the server's log and the rows
+            // written before it are thrown away, so one task, whose ON CONFLICT
+            // costs a single probe, always skips.)
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            let fresh = if tasks.len() > 1 {
+                insert::Existing::Fail
             } else {
-                let mut tx = self.begin().await?;
-                let skip = insert::Existing::Skip;
-                let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
-                tx.commit().await.map_err(map_err)?;
-                outcomes
+                insert::Existing::Skip
             };
-            if outcomes.iter().any(TaskInsertOutcome::created) {
-                self.wake();
+            match insert::insert_many(&mut conn, tasks, now, None, fresh).await {
+                Err(e) if insert::number_taken(&e) => {
+                    let skip = insert::Existing::Skip;
+                    insert::insert_many(&mut conn, tasks, now, None, skip).await?
+                }
+                other => other?,
             }
-            Ok(outcomes)
-        })
-        .await
+        } else {
+            let mut tx = self.begin().await?;
+            let skip = insert::Existing::Skip;
+            let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
+            tx.commit().await.map_err(map_err)?;
+            outcomes
+        };
+        if outcomes.iter().any(TaskInsertOutcome::created) {
+            self.wake();
+        }
+        Ok(outcomes)
     }
 
     /// Insert tasks in one transaction that commits only if `accept` takes the outcomes
     /// (else it is rolled back, with the `NOTIFY` it would have sent), then wake this
-    /// process's workers if a committed task is new.
+    /// process's workers if a committed task is new. Timed by its caller, as
+    /// `insert_committed`.
     async fn insert_checked(
         &self,
         tasks: &[TaskInsertParams],
         now: Option<DateTime<Utc>>,
         accept: &InsertAccept<'_>,
     ) -> Result<TaskInsertManyChecked> {
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let skip = insert::Existing::Skip;
-            let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
-            let checked = crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
-            if crate::dialect::woke_by(&checked) {
-                self.wake();
-            }
-            Ok(checked)
-        })
-        .await
+        let mut tx = self.begin().await?;
+        let skip = insert::Existing::Skip;
+        let outcomes = insert::insert_many(&mut tx, tasks, now, None, skip).await?;
+        let checked = crate::dialect::commit_if_accepted(tx, outcomes, accept).await?;
+        if crate::dialect::woke_by(&checked) {
+            self.wake();
+        }
+        Ok(checked)
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>> {

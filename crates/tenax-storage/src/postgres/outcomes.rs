@@ -138,116 +138,110 @@ async fn held_leases(
     .map_err(map_err)
 }
 
+/// The writes after a task's attempt, each one whole call: the `Storage` forwarders
+/// (`shared/storage.rs`) run them under [`PgStorage::timed`], so they time nothing
+/// themselves.
 impl PgStorage {
     pub(super) async fn complete_impl(&self, params: &TaskCompleteParams) -> Result<bool> {
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let Some(woke) = complete_in(&mut tx, params).await? else {
-                tx.rollback().await.map_err(map_err)?;
-                return Ok(false);
-            };
-            tx.commit().await.map_err(map_err)?;
-            if woke {
-                self.wake();
-            }
-            Ok(true)
-        })
-        .await
+        let mut tx = self.begin().await?;
+        let Some(woke) = complete_in(&mut tx, params).await? else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        };
+        tx.commit().await.map_err(map_err)?;
+        if woke {
+            self.wake();
+        }
+        Ok(true)
     }
 
     pub(super) async fn fail_impl(&self, params: &TaskFailParams) -> Result<bool> {
         let error = truncate_error(&params.error);
         let plan = FailPlan::of(params.next);
         let delay_ms = duration_ms(plan.delay);
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            // The rule of `FailPlan::status`, in SQL: asked to die, else cancelled when asked
-            // or requested, else dead out of attempts (counted after a hand-back's refund),
-            // else retrying.
-            let status = "CASE WHEN $2 THEN 'dead'
-                               WHEN $8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
-                               WHEN attempt - $7 >= max_attempts THEN 'dead'
-                               ELSE 'retrying' END";
-            let row = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = {status},
-                     attempt = attempt - $7,
-                     run_at = {NOW} + $3::float8 * interval '1 millisecond',
-                     last_error = $4, updated_at = {NOW},
-                     lease_owner = NULL, lease_expires_at = NULL,
-                     finished_at = CASE WHEN {status} <> 'retrying' THEN {NOW} END,
-                     compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
-                                         THEN 'pending' ELSE compensation END
-                 WHERE id = $5 AND status = 'running' AND lease_epoch = $6
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(plan.die)
-            .bind(delay_ms as f64)
-            .bind(&error)
-            .bind(params.lease.id.0)
-            .bind(params.lease.epoch)
-            .bind(i32::from(plan.refund))
-            .bind(plan.cancel)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            let Some(row) = row else {
-                tx.rollback().await.map_err(map_err)?;
-                return Ok(false);
-            };
-            let task = task_from_row(&row)?;
-            self.failed(tx, params.lease, &task, &error, params.now, delay_ms == 0)
-                .await
-        })
+        let mut tx = self.begin().await?;
+        // The rule of `FailPlan::status`, in SQL: asked to die, else cancelled when asked
+        // or requested, else dead out of attempts (counted after a hand-back's refund),
+        // else retrying.
+        let status = "CASE WHEN $2 THEN 'dead'
+                           WHEN $8 OR cancel_requested_at IS NOT NULL THEN 'cancelled'
+                           WHEN attempt - $7 >= max_attempts THEN 'dead'
+                           ELSE 'retrying' END";
+        let row = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = {status},
+                 attempt = attempt - $7,
+                 run_at = {NOW} + $3::float8 * interval '1 millisecond',
+                 last_error = $4, updated_at = {NOW},
+                 lease_owner = NULL, lease_expires_at = NULL,
+                 finished_at = CASE WHEN {status} <> 'retrying' THEN {NOW} END,
+                 compensation = CASE WHEN {status} = 'dead' AND kind = 'execute'
+                                     THEN 'pending' ELSE compensation END
+             WHERE id = $5 AND status = 'running' AND lease_epoch = $6
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(params.now)
+        .bind(plan.die)
+        .bind(delay_ms as f64)
+        .bind(&error)
+        .bind(params.lease.id.0)
+        .bind(params.lease.epoch)
+        .bind(i32::from(plan.refund))
+        .bind(plan.cancel)
+        .fetch_optional(&mut *tx)
         .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(false);
+        };
+        let task = task_from_row(&row)?;
+        self.failed(tx, params.lease, &task, &error, params.now, delay_ms == 0)
+            .await
     }
 
     pub(super) async fn reap_impl(&self, params: &TaskReapParams) -> Result<Vec<ReapedTask>> {
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let beyond = match params.expires_beyond {
-                Some(_) => {
-                    let statement_now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(map_err)?;
-                    crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
-                }
-                None => None,
-            };
-            // The expiry is checked again in the UPDATE's own WHERE (a completion that
-            // commits first always wins), and rows another reaper holds are skipped.
-            let rows = sqlx::query(&format!(
-                "UPDATE tenax_tasks
-                 SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                                   WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
-                     run_at = {NOW},
-                     last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
-                     finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
-                                        THEN {NOW} END,
-                     compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
-                                              AND kind = 'execute'
-                                         THEN 'pending' ELSE compensation END,
-                     lease_owner = NULL, lease_expires_at = NULL, updated_at = {NOW}
-                 WHERE id IN (SELECT id FROM tenax_tasks
-                              WHERE status = 'running'
-                                AND (lease_expires_at < {NOW} OR lease_expires_at > $3)
-                              ORDER BY lease_expires_at LIMIT $2
-                              FOR UPDATE SKIP LOCKED)
-                   AND status = 'running' AND (lease_expires_at < {NOW} OR lease_expires_at > $3)
-                 RETURNING {TASK_COLUMNS}"
-            ))
-            .bind(params.now)
-            .bind(i64::from(params.limit))
-            .bind(beyond)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
-            self.reaped(tx, tasks, params.now).await
-        })
+        let mut tx = self.begin().await?;
+        let beyond = match params.expires_beyond {
+            Some(_) => {
+                let statement_now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                crate::common::reap_beyond(params.now, params.expires_beyond, statement_now)
+            }
+            None => None,
+        };
+        // The expiry is checked again in the UPDATE's own WHERE (a completion that
+        // commits first always wins), and rows another reaper holds are skipped.
+        let rows = sqlx::query(&format!(
+            "UPDATE tenax_tasks
+             SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                               WHEN attempt >= max_attempts THEN 'dead' ELSE 'retrying' END,
+                 run_at = {NOW},
+                 last_error = 'lease expired: worker ' || COALESCE(lease_owner, '?') || ' stopped renewing it',
+                 finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempt >= max_attempts
+                                    THEN {NOW} END,
+                 compensation = CASE WHEN cancel_requested_at IS NULL AND attempt >= max_attempts
+                                          AND kind = 'execute'
+                                     THEN 'pending' ELSE compensation END,
+                 lease_owner = NULL, lease_expires_at = NULL, updated_at = {NOW}
+             WHERE id IN (SELECT id FROM tenax_tasks
+                          WHERE status = 'running'
+                            AND (lease_expires_at < {NOW} OR lease_expires_at > $3)
+                          ORDER BY lease_expires_at LIMIT $2
+                          FOR UPDATE SKIP LOCKED)
+               AND status = 'running' AND (lease_expires_at < {NOW} OR lease_expires_at > $3)
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .bind(params.now)
+        .bind(i64::from(params.limit))
+        .bind(beyond)
+        .fetch_all(&mut *tx)
         .await
+        .map_err(map_err)?;
+        let tasks = rows.iter().map(task_from_row).collect::<Result<Vec<_>>>()?;
+        self.reaped(tx, tasks, params.now).await
     }
 
     /// One batch (never empty, checked), with which items repeat an earlier lease.
@@ -257,27 +251,24 @@ impl PgStorage {
         repeated: &[bool],
     ) -> Result<Vec<BatchCompletion>> {
         let first = first_named(params, repeated);
-        self.timed(async {
-            let mut tx = self.begin().await?;
-            let landed: HashSet<(i64, i64)> = complete_plain_in(&mut tx, &first)
-                .await?
-                .into_iter()
-                .collect();
-            // The leases that did not land but still hold are those of workflow tasks
-            // and compensations: left alone, for the one-task path.
-            let missed: Vec<&TaskCompleteParams> = first
-                .iter()
-                .copied()
-                .filter(|p| !landed.contains(&(p.lease.id.0, p.lease.epoch)))
-                .collect();
-            let alone: HashSet<(i64, i64)> = if missed.is_empty() {
-                HashSet::new()
-            } else {
-                held_leases(&mut tx, &missed).await?.into_iter().collect()
-            };
-            tx.commit().await.map_err(map_err)?;
-            Ok(verdicts(params, repeated, &landed, &alone))
-        })
-        .await
+        let mut tx = self.begin().await?;
+        let landed: HashSet<(i64, i64)> = complete_plain_in(&mut tx, &first)
+            .await?
+            .into_iter()
+            .collect();
+        // The leases that did not land but still hold are those of workflow tasks
+        // and compensations: left alone, for the one-task path.
+        let missed: Vec<&TaskCompleteParams> = first
+            .iter()
+            .copied()
+            .filter(|p| !landed.contains(&(p.lease.id.0, p.lease.epoch)))
+            .collect();
+        let alone: HashSet<(i64, i64)> = if missed.is_empty() {
+            HashSet::new()
+        } else {
+            held_leases(&mut tx, &missed).await?.into_iter().collect()
+        };
+        tx.commit().await.map_err(map_err)?;
+        Ok(verdicts(params, repeated, &landed, &alone))
     }
 }
