@@ -139,10 +139,7 @@ impl Client {
         &self,
         tasks: impl IntoIterator<Item = Enqueue<'a>>,
     ) -> Result<Vec<TaskInsertOutcome>, Error> {
-        let tasks = tasks
-            .into_iter()
-            .map(Enqueue::into_params)
-            .collect::<Result<Vec<_>, Error>>()?;
+        let tasks = many_params(tasks)?;
         Ok(self
             .storage
             .task_insert_many(&TaskInsertManyParams { tasks, now: None })
@@ -164,10 +161,7 @@ impl Client {
         tasks: impl IntoIterator<Item = Enqueue<'a>>,
         accept: impl Fn(&[TaskInsertOutcome]) -> bool + Send + Sync,
     ) -> Result<TaskInsertManyChecked, Error> {
-        let tasks = tasks
-            .into_iter()
-            .map(Enqueue::into_params)
-            .collect::<Result<Vec<_>, Error>>()?;
+        let tasks = many_params(tasks)?;
         Ok(self
             .storage
             .task_insert_many_if(&TaskInsertManyParams { tasks, now: None }, &accept)
@@ -214,6 +208,13 @@ impl Client {
     pub async fn stats(&self) -> Result<Stats, Error> {
         Ok(self.storage.stats().await?)
     }
+}
+
+/// The inserts of `tasks`, each numbered; the first invalid one refuses them all.
+fn many_params<'a>(
+    tasks: impl IntoIterator<Item = Enqueue<'a>>,
+) -> Result<Vec<TaskInsertParams>, Error> {
+    tasks.into_iter().map(Enqueue::into_params).collect()
 }
 
 /// An enqueue being built; `.await` it to commit.
