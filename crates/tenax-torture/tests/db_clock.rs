@@ -232,10 +232,11 @@ async fn steps_of_the_database_clock(url: &str, clock: &DbClock) {
     let mut tasks = step_while_running(&client, &log, clock, "+1h", hour).await;
 
     // A worker claims 5 tasks and dies; then the clock steps back an hour, and its
-    // leases look an hour longer. (The dead worker claims as of 3 s ahead, so that the
-    // tasks, due in 2 s, are its and not the live workers'.)
-    let held = enqueue(&client, 5, 100, Some(Duration::from_secs(2))).await;
-    let ahead = storage.now().await.unwrap() + chrono::TimeDelta::seconds(3);
+    // leases look an hour longer. (The dead worker claims as of a minute ahead, so that
+    // the tasks, due in one, are its and not the live workers': on a loaded machine the
+    // enqueues and the claim may be seconds apart.)
+    let held = enqueue(&client, 5, 100, Some(Duration::from_secs(60))).await;
+    let ahead = storage.now().await.unwrap() + chrono::TimeDelta::seconds(61);
     let claimed = storage
         .task_claim_batch(&TaskClaimParams {
             worker: "dead-worker".into(),
